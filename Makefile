@@ -1,0 +1,55 @@
+# make setup: services + venv; make demo: the main job end to end; make test: the tests.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+REGISTRY ?= 127.0.0.1:5000/imgbuild
+# A local directory of wheels that stands in for the PyTorch CPU index (these machines have
+# one in /opt/wheels). Empty: torch comes from https://download.pytorch.org/whl/cpu.
+WHEELS ?= $(shell test -d /opt/wheels && echo /opt/wheels)
+PYTEST_ARGS ?=
+
+export UV_PYTHON_DOWNLOADS := never
+export IMGBUILD_WHEELS := $(WHEELS)
+export HF_HUB_OFFLINE := 1
+
+ifeq ($(WHEELS),)
+TORCH_SOURCE := --extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match
+else
+TORCH_SOURCE := --find-links $(WHEELS)
+endif
+
+IMGBUILD := .venv/bin/imgbuild
+
+.PHONY: setup services venv demo test test-slow dev-lock lint clean
+setup: services venv
+
+services:
+	bash scripts/services.sh
+
+venv: .venv/.installed
+.venv/.installed: requirements/dev.lock.txt pyproject.toml
+	command -v uv >/dev/null || python3 -m pip install -q uv
+	uv venv -q --allow-existing --python $(PYTHON) .venv
+	uv pip install -q --python .venv/bin/python --require-hashes -r requirements/dev.lock.txt $(TORCH_SOURCE)
+	uv pip install -q --python .venv/bin/python --no-deps -e .
+	touch $@
+
+# The dev lock: the test and smoke-model tooling, hash-pinned, torch from the CPU build.
+dev-lock:
+	uv pip compile pyproject.toml --group dev --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-emit-find-links --no-header $(TORCH_SOURCE) \
+	  -o requirements/dev.lock.txt
+
+demo: setup
+	$(IMGBUILD) base bootstrap --registry $(REGISTRY)
+	$(IMGBUILD) tiny-cpu --push --registry $(REGISTRY)
+	$(IMGBUILD) pull tiny-cpu --registry $(REGISTRY)
+	$(IMGBUILD) smoke $(REGISTRY):tiny-cpu
+
+test: setup
+	.venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	.venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf .venv .pytest_cache

@@ -1,0 +1,293 @@
+"""Command line: parse arguments, call the stages, print. No decisions live here."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from pathlib import Path
+
+from . import ui
+from .errors import EXIT_FAILED, EXIT_OK, ImgbuildError, InputError
+
+COMMANDS = ("list", "plan", "lock", "build", "pull", "smoke", "base")
+
+
+def _paths(args) -> tuple[Path | None, Path, Path | None]:
+    from .spec import images_dir
+
+    images = Path(args.images) if args.images else None
+    root = images or images_dir()
+    lock_dir = Path(args.lockfiles) if args.lockfiles else root.parent / "lockfiles"
+    wheels = args.wheels or os.environ.get("IMGBUILD_WHEELS")
+    if wheels and not Path(wheels).is_dir():
+        raise InputError(f"--wheels {wheels}: no such directory",
+                         hint="point it at a directory of .whl files, or leave it out")
+    return images, lock_dir, Path(wheels) if wheels else None
+
+
+def _catalog(args):
+    from .spec import load_catalog
+
+    images, _, _ = _paths(args)
+    return load_catalog(images)
+
+
+def cmd_list(args) -> int:
+    cat = _catalog(args)
+    if args.json:
+        ui.print_json({
+            "targets": {n: {"engine": f"{t.engine}=={t.engine_version}", "archs": list(t.archs),
+                            "base": t.base, "description": t.description}
+                        for n, t in cat.targets.items()},
+            "models": {a: {"name": m.name, "checkpoint": m.checkpoint, "size_gb": m.size_gb,
+                           "tensor_parallel": m.tensor_parallel}
+                       for a, m in cat.models.items()}})
+        return EXIT_OK
+    ui.table("targets", ["target", "engine", "archs", "base", "description"],
+             [[n, f"{t.engine} {t.engine_version}", " ".join(t.archs), t.base,
+               t.description[:60]] for n, t in cat.targets.items()])
+    ui.table("model profiles", ["model", "name", "checkpoint", "size", "TP", "quantization"],
+             [[a, m.name, m.checkpoint, f"{m.size_gb:g} GB", m.tensor_parallel,
+               m.quant_summary] for a, m in cat.models.items()])
+    return EXIT_OK
+
+
+def cmd_plan(args) -> int:
+    from .plan import make_plan
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    plan = make_plan(cat, args.target, model=args.model, lock_dir=lock_dir, wheels=wheels,
+                     repository=args.registry or "imgbuild")
+    if args.json:
+        ui.print_json(plan.to_dict())
+        return EXIT_OK
+    rows = [
+        ("target", f"{plan.target}  ({plan.description[:70]})"),
+        ("engine", f"{plan.engine} {plan.engine_version}"),
+        ("model", f"{plan.model}: {plan.model_name} ({plan.checkpoint}), TP {plan.tensor_parallel}"
+         if plan.model else "none"),
+        ("archs", ", ".join(plan.archs)),
+        ("CUDA", plan.cuda or "none (CPU)"),
+        ("base", f"{plan.base_image}  [{plan.base}, {plan.base_os}, {plan.flavor}]"),
+        ("python", plan.python),
+        ("platform", plan.platform_tag),
+        ("lock", f"{plan.lock_path}  ({plan.lock_packages} packages, {plan.lock_hash[:19]}…)"),
+        ("heavy layer", ", ".join(plan.heavy_packages) or "none"),
+        ("overrides", "none" if not plan.overrides else
+         "\n".join(f"{o.requirement}: {o.reason}" + (f" ({o.link})" if o.link else "")
+                   for o in plan.overrides)),
+        ("patches", ", ".join(plan.patches) or "none"),
+        ("smoke model", f"{plan.smoke_model} ({(plan.smoke_model_key or '')[:12]})"
+         if plan.smoke_model else "none"),
+        ("content key", plan.content_key),
+        ("tags", "\n".join(plan.refs)),
+    ]
+    ui.kv(f"plan for {plan.target}", rows)
+    return EXIT_OK
+
+
+def cmd_lock(args) -> int:
+    from .lock import ensure_lock, read_lock, resolve
+    from .plan import lock_request
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    names = list(cat.targets) if args.all else args.targets
+    if not names:
+        raise InputError("name a target or pass --all", hint="see `imgbuild list`")
+    stale = []
+    out = []
+    for n in names:
+        req = lock_request(cat, cat.target(n))
+        path = lock_dir / req.filename()
+        if args.check:
+            fresh = resolve(req, wheels)
+            current = read_lock(path).body if path.exists() else ""
+            if fresh != current:
+                stale.append(n)
+                diff = difflib.unified_diff(current.splitlines(), fresh.splitlines(),
+                                            f"{path} (committed)", f"{path} (resolved now)",
+                                            lineterm="", n=0)
+                pins = [d for d in diff if d.startswith(("+", "-")) and "==" in d or
+                        d.startswith(("---", "+++"))]
+                out.append({"target": n, "lock": str(path), "stale": True, "diff": pins})
+            else:
+                out.append({"target": n, "lock": str(path), "stale": False})
+        else:
+            lock, written = ensure_lock(req, lock_dir, wheels, refresh=args.refresh)
+            out.append({"target": n, "lock": str(lock.path), "written": written,
+                        "packages": len(lock.packages), "hash": lock.digest})
+    if args.json:
+        ui.print_json({"locks": out, "stale": stale})
+    else:
+        c = ui.console()
+        for o in out:
+            if args.check:
+                c.print(f"{'[red]stale[/]' if o['stale'] else '[green]fresh[/]'}  {o['target']}  {o['lock']}")
+                for d in o.get("diff", []):
+                    c.out("    " + d, highlight=False)
+            else:
+                c.print(f"{'[green]wrote[/]' if o['written'] else 'up to date'}  {o['target']}  "
+                        f"{o['lock']}  ({o['packages']} packages)")
+    return EXIT_FAILED if stale else EXIT_OK
+
+
+def cmd_build(args) -> int:
+    from .pipeline import build_target
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    c = ui.console()
+    log = (lambda *a: None) if args.json else (lambda m: c.print(m, highlight=False))
+    out = build_target(cat, args.target, model=args.model, registry_name=args.registry,
+                       push=args.push, rebuild=args.rebuild, wheels=wheels, lock_dir=lock_dir,
+                       run_smoke=not args.no_smoke, console=c, log=log,
+                       log_dir=Path(args.log_dir) if args.log_dir else None)
+    if args.json:
+        ui.print_json(out.to_dict())
+        return EXIT_OK
+    rows = [("action", out.action), ("image", out.image_id[:19]),
+            ("size", f"{out.size_bytes / 1e6:.0f} MB"), ("time", f"{out.seconds:.1f} s")]
+    if out.build:
+        rows.append(("build", f"{out.build.seconds:.1f} s, {out.build.steps} steps, "
+                              f"{out.build.cached_steps} cached"))
+    if out.smoke:
+        rows.append(("smoke", ("passed" if out.smoke.ok else "FAILED") + "; " + ", ".join(
+            f"{s['name']} {s['status']} {s.get('duration_s', 0):.1f}s" for s in out.smoke.stages)))
+    rows.append(("tags", "\n".join(out.plan.refs)))
+    if out.pushed:
+        rows.append(("pushed", "\n".join(out.pushed)))
+    ui.kv(f"{out.plan.target}: {out.action}", rows)
+    return EXIT_OK
+
+
+def cmd_pull(args) -> int:
+    from .pipeline import pull_target
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    out = pull_target(cat, args.target, model=args.model, registry_name=args.registry,
+                      lock_dir=lock_dir, wheels=wheels)
+    if args.json:
+        ui.print_json(out.to_dict())
+    else:
+        ui.kv(f"pulled {out.plan.target}", [("image", out.ref), ("digest", out.digest),
+                                            ("tags", "\n".join(out.plan.refs))])
+    return EXIT_OK
+
+
+def cmd_smoke(args) -> int:
+    from . import dockerenv, smoke
+
+    dockerenv.client()
+    rep = smoke.run(args.image)
+    if args.json:
+        ui.print_json(rep.to_dict() | {"ok": rep.ok})
+    else:
+        ui.table(f"smoke {args.image}: {'passed' if rep.ok else 'FAILED'}",
+                 ["stage", "status", "seconds", "reason"],
+                 [[s["name"], s["status"], f"{s.get('duration_s', 0):.2f}", s.get("reason") or ""]
+                  for s in rep.stages])
+    return EXIT_OK if rep.ok else EXIT_FAILED
+
+
+def cmd_base(args) -> int:
+    from . import base, dockerenv
+    from .registry import Repository
+
+    cat = _catalog(args)
+    if args.base not in cat.bases:
+        raise InputError(f"unknown base '{args.base}'",
+                         facts=["bases: " + ", ".join(sorted(cat.bases))])
+    client = dockerenv.client()
+    repo = Repository.parse(args.registry) if args.registry else None
+    if repo is not None and repo.host is None:
+        raise InputError(f"--registry {args.registry} names no registry host",
+                         hint="e.g. --registry 127.0.0.1:5000/imgbuild")
+    c = ui.console()
+    res = base.bootstrap(client, cat.base(args.base), registry=repo, rebuild=args.rebuild,
+                         log=(lambda *a: None) if args.json else (lambda m: c.print(m)))
+    doc = {"image": res.image, "image_id": res.image_id, "built": res.built,
+           "seconds": round(res.seconds, 1), "size_bytes": res.size_bytes,
+           "pushed": list(res.pushed)}
+    if args.json:
+        ui.print_json(doc)
+    else:
+        ui.kv(f"base {args.base}", [(k, str(v)) for k, v in doc.items()])
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--images", help="the images/ directory (default: the checkout's)",
+                        default=os.environ.get("IMGBUILD_IMAGES"))
+    common.add_argument("--lockfiles", help="where locks live (default: lockfiles/ beside images/)",
+                        default=os.environ.get("IMGBUILD_LOCKFILES"))
+    common.add_argument("--wheels", help="a local wheel directory that stands in for extra "
+                        "indexes (env IMGBUILD_WHEELS)")
+    p = argparse.ArgumentParser(
+        prog="imgbuild", description="Build, smoke-test and publish LLM serving images. "
+        "`imgbuild TARGET ...` is `imgbuild build TARGET ...`.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("list", parents=[common], help="targets and model profiles")
+    s.set_defaults(func=cmd_list)
+    s = sub.add_parser("plan", parents=[common], help="the Plan for a target (locks if needed)")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry", help="repository the tags are for, e.g. 127.0.0.1:5000/imgbuild")
+    s.set_defaults(func=cmd_plan)
+    s = sub.add_parser("lock", parents=[common], help="resolve and write lockfiles")
+    s.add_argument("targets", nargs="*")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--check", action="store_true", help="exit 1 with the diff if a lock is stale")
+    s.add_argument("--refresh", action="store_true", help="re-resolve even if inputs match")
+    s.set_defaults(func=cmd_lock)
+    s = sub.add_parser("build", parents=[common], help="plan, lock, build, smoke, tag (and push)")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry")
+    s.add_argument("--push", action="store_true")
+    s.add_argument("--rebuild", action="store_true", help="build even if the content tag exists")
+    s.add_argument("--no-smoke", action="store_true", help="skip the smoke test (tags still move)")
+    s.add_argument("--log-dir", help="keep the full build log here")
+    s.set_defaults(func=cmd_build)
+    s = sub.add_parser("pull", parents=[common], help="pull the prebuilt image for a target")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry", required=True)
+    s.set_defaults(func=cmd_pull)
+    s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
+    s.add_argument("image")
+    s.set_defaults(func=cmd_smoke)
+    s = sub.add_parser("base", parents=[common], help="base images")
+    bsub = s.add_subparsers(dest="base_command", required=True)
+    b = bsub.add_parser("bootstrap", parents=[common],
+                        help="debootstrap + docker import a Debian base, tag and push it")
+    b.add_argument("--base", default="debian-bookworm")
+    b.add_argument("--registry")
+    b.add_argument("--rebuild", action="store_true")
+    b.set_defaults(func=cmd_base)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        argv.insert(0, "build")
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ImgbuildError as e:
+        ui.print_error(e, getattr(args, "json", False))
+        return e.exit_code
+    except KeyboardInterrupt:
+        ui.console().print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,754 @@
+"""In-image smoke payload: the image's packages match its lock, and a tiny NVFP4 checkpoint loads
+and computes what its reference says.
+
+This file is copied into the image and run there as
+
+    python /opt/imgbuild/smoke.py --lock /opt/imgbuild/lock.txt --model /opt/imgbuild/smoke-model [--json]
+
+so it imports only the standard library at module level: the image has torch, transformers,
+compressed-tensors and safetensors, but not this package, llmcompressor, pytest, rich or yaml.
+The heavy imports happen inside the checkpoint stage, where a failure to import is a finding.
+
+The host generator (builder.smokemodel) imports the loading and forward helpers below to write
+the reference, so the image recomputes it with the very code that produced it.
+
+Exit status: 0 when no stage failed, 1 when one did, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+# The reference lives in a subdirectory of the checkpoint: engines glob `<model>/*.safetensors`
+# (non-recursively) for weights, and would try to load reference.safetensors as model weights.
+REFERENCE_DIR = "imgbuild-reference"
+REFERENCE_JSON = "reference.json"
+REFERENCE_TENSORS = "reference.safetensors"
+REFERENCE_SCHEMA = 1
+
+PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
+
+
+# ----------------------------------------------------------------------------------------------
+# Stage "environment": installed distributions against the lock
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str  # PEP 503 normalized
+    version: str | None  # None for a direct URL requirement (`name @ url`): presence only
+    marker: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class LockFile:
+    packages: tuple[LockedPackage, ...]
+    # Requirement lines that pin nothing (`foo>=1`, `-e ./x`): a lock must not have them.
+    unpinned: tuple[str, ...]
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503: runs of -, _ and . are one '-', case-insensitive."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_PINNED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*"
+    r"(?P<op>===|==)\s*(?P<version>[^\s;]+)\s*(?:;\s*(?P<marker>.+))?$"
+)
+_DIRECT_URL = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*@\s*\S+\s*(?:;\s*(?P<marker>.+))?$"
+)
+
+
+def parse_lock(text: str) -> LockFile:
+    """Parse `uv pip compile` / pip-compile output.
+
+    A requirement is a logical line (backslash continuations joined): `name==version`, optional
+    extras and `; marker`, then `--hash=...` options. `# via` comments, blank lines and global
+    options (`--index-url ...`) carry no pins.
+    """
+    packages: list[LockedPackage] = []
+    unpinned: list[str] = []
+    logical: list[tuple[int, str]] = []
+    buf, start = "", 0
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not buf:
+            start = lineno
+        if line.startswith("#"):
+            # Comment lines (`# via ...`) carry nothing and do not break a continuation.
+            continue
+        # An inline comment must be preceded by whitespace (a URL may contain '#').
+        line = re.split(r"\s+#", line, maxsplit=1)[0]
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if buf.strip():
+            logical.append((start, buf.strip()))
+        buf = ""
+    if buf.strip():
+        logical.append((start, buf.strip()))
+
+    for lineno, line in logical:
+        if line.startswith("-"):
+            # Global options (--index-url, --find-links, -c) and editables (-e) pin nothing
+            # by version; editables are reported so a lock with one does not pass silently.
+            if line.startswith(("-e", "--editable")):
+                unpinned.append(line)
+            continue
+        requirement = re.split(r"\s--?[A-Za-z]", " " + line, maxsplit=1)[0].strip()
+        match = _PINNED.match(requirement)
+        if match:
+            packages.append(
+                LockedPackage(
+                    normalize_name(match["name"]), match["version"], match["marker"], lineno
+                )
+            )
+            continue
+        match = _DIRECT_URL.match(requirement)
+        if match:
+            packages.append(LockedPackage(normalize_name(match["name"]), None, match["marker"], lineno))
+            continue
+        unpinned.append(requirement)
+    return LockFile(tuple(packages), tuple(unpinned))
+
+
+def installed_distributions() -> dict[str, str]:
+    """Normalized name -> version of what `import` would find: the first distribution of a name
+    on sys.path wins, as it does for importlib.metadata.version()."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata.get("Name") if dist.metadata else None
+        if name:
+            found.setdefault(normalize_name(name), dist.version)
+    return found
+
+
+def version_matches(locked: str, installed: str) -> tuple[bool, bool]:
+    """(matches, only_ignoring_local_label).
+
+    PEP 440 `==`: a locked version without a local label (`2.13.0`) matches an installed one with
+    any label (`2.13.0+cpu`); a locked label must match exactly. packaging normalizes spellings
+    (`1.0` vs `1.0.0`, `2026.10.19.post1`); without it, strings are compared.
+    """
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # packaging ships with transformers, but the check must not need it
+        Version = None  # type: ignore[assignment,misc]
+    if Version is not None:
+        try:
+            lv, iv = Version(locked), Version(installed)
+        except InvalidVersion:
+            pass
+        else:
+            if lv == iv:
+                return True, False
+            if lv.local is None and iv.local is not None and lv == Version(iv.public):
+                return True, True
+            return False, False
+    lo, io = locked.lower(), installed.lower()
+    if lo == io:
+        return True, False
+    if "+" not in lo and io.split("+", 1)[0] == lo:
+        return True, True
+    return False, False
+
+
+def _marker_applies(marker: str | None) -> bool | None:
+    """True/False when the marker can be evaluated here, None when packaging is missing."""
+    if not marker:
+        return True
+    try:
+        from packaging.markers import Marker
+    except ImportError:
+        return None
+    return Marker(marker).evaluate()
+
+
+def check_environment(lock_path: Path) -> tuple[str, str, dict[str, Any]]:
+    lock = parse_lock(lock_path.read_text())
+    installed = installed_distributions()
+    mismatched: list[dict[str, str]] = []
+    missing: list[str] = []
+    not_for_this_platform: list[str] = []
+    marker_unevaluated: list[str] = []
+    local_label_ignored: list[dict[str, str]] = []
+    checked = 0
+    for pkg in lock.packages:
+        applies = _marker_applies(pkg.marker)
+        if applies is False:
+            not_for_this_platform.append(pkg.name)
+            continue
+        if applies is None:
+            marker_unevaluated.append(pkg.name)
+        checked += 1
+        have = installed.get(pkg.name)
+        if have is None:
+            missing.append(pkg.name)
+            continue
+        if pkg.version is None:
+            continue
+        ok, via_local = version_matches(pkg.version, have)
+        if not ok:
+            mismatched.append({"name": pkg.name, "locked": pkg.version, "installed": have})
+        elif via_local:
+            # Passes by PEP 440, but worth seeing: torch 2.13.0 vs 2.13.0+cpu is CUDA vs CPU.
+            local_label_ignored.append({"name": pkg.name, "locked": pkg.version, "installed": have})
+    locked_names = {p.name for p in lock.packages}
+    details: dict[str, Any] = {
+        "lock": str(lock_path),
+        "locked": len(lock.packages),
+        "checked": checked,
+        "mismatched": mismatched,
+        "missing": missing,
+        "unpinned_lines": list(lock.unpinned),
+        "not_for_this_platform": not_for_this_platform,
+        "marker_unevaluated": marker_unevaluated,
+        "local_label_ignored": local_label_ignored,
+        "installed_not_locked": sorted(set(installed) - locked_names),
+        "python": sys.version.split()[0],
+    }
+    problems = []
+    if mismatched:
+        problems.append(
+            "version differs from the lock: "
+            + ", ".join(f"{m['name']} (locked {m['locked']}, installed {m['installed']})" for m in mismatched)
+        )
+    if missing:
+        problems.append("locked but not installed: " + ", ".join(missing))
+    if lock.unpinned:
+        problems.append("lock has unpinned requirements: " + "; ".join(lock.unpinned))
+    if not lock.packages:
+        problems.append(f"no pinned requirements found in {lock_path}")
+    if problems:
+        return FAIL, "; ".join(problems), details
+    return PASS, f"{checked} locked packages installed at their locked versions", details
+
+
+# ----------------------------------------------------------------------------------------------
+# Stage "checkpoint-cpu": load the NVFP4 checkpoint in bf16 on CPU and compare with the reference
+# ----------------------------------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_manifest(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every checkpoint file (the reference directory excluded)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(model_dir.rglob("*")):
+        rel = path.relative_to(model_dir)
+        if not path.is_file() or rel.parts[0] == REFERENCE_DIR:
+            continue
+        out[rel.as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    return out
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file: u64 little-endian length, then that much JSON."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n <= 0 or n > 100_000_000:
+            raise ValueError(f"{path}: not a safetensors file (header length {n})")
+        return json.loads(f.read(n))
+
+
+def safetensors_layout(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """tensor name -> {"dtype", "shape"} across the checkpoint's top-level *.safetensors."""
+    layout: dict[str, dict[str, Any]] = {}
+    for path in sorted(model_dir.glob("*.safetensors")):
+        for name, info in read_safetensors_header(path).items():
+            if name != "__metadata__":
+                layout[name] = {"dtype": info["dtype"], "shape": list(info["shape"])}
+    return layout
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in (version or "0").split("+")[0].split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    return tuple(parts)
+
+
+def load_model(model_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Load a compressed-tensors checkpoint with transformers, decompressed to bf16 on CPU.
+
+    transformers' compressed-tensors quantizer builds the compressed module layout, loads
+    weight_packed/weight_scale/..., then (asked to) decompresses to dense bf16 weights; the
+    quantization scheme stays attached, so Linear forwards still fake-quantize their inputs
+    (W4A4: NVFP4 activations with the checkpoint's input_global_scale).
+
+    The knob is `dequantize=True` in transformers 5.x and `run_compressed=False` before that
+    (5.x still accepts the old name with a deprecation warning); `dtype=` replaced `torch_dtype=`
+    in 4.56. bf16, not fp32: the checkpoint's dense tensors and the reference are bf16.
+    """
+    import inspect
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+    params = inspect.signature(CompressedTensorsConfig.__init__).parameters
+    if "dequantize" in params:
+        qconfig, knob = CompressedTensorsConfig(dequantize=True), "dequantize=True"
+    else:
+        qconfig, knob = CompressedTensorsConfig(run_compressed=False), "run_compressed=False"
+    dtype_kw = "dtype" if _release(transformers.__version__) >= (4, 56) else "torch_dtype"
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        # "You passed `quantization_config` ... loading attributes will be overwritten": intended.
+        warnings.filterwarnings("ignore", message=".*quantization_config.*")
+        model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir),
+            quantization_config=qconfig,
+            device_map="cpu",
+            **{dtype_kw: torch.bfloat16},
+        )
+    model.eval()
+    info = {
+        "api": f"transformers.AutoModelForCausalLM.from_pretrained("
+        f"{dtype_kw}=torch.bfloat16, quantization_config=CompressedTensorsConfig({knob}))",
+        "load_s": round(time.perf_counter() - started, 3),
+    }
+    return model, info
+
+
+def set_activation_quantization(model: Any, enabled: bool) -> int:
+    """Turn compressed-tensors' fake-quantization (QDQ) in Linear forwards on or off; returns
+    how many modules carry a scheme.
+
+    Off, a decompressed W4A4 model computes with its NVFP4 weights and bf16 activations. That is
+    the mode with tight tolerances: rounding activations to 4-bit floats turns a last-bit bf16
+    difference upstream (another CPU's kernels, another attention implementation) into a jump
+    of a whole FP4 step, so W4A4 logits can only be compared loosely (see the reference).
+    """
+    count = 0
+    for module in model.modules():
+        if getattr(module, "quantization_scheme", None) is not None:
+            module.quantization_enabled = enabled
+            count += 1
+    return count
+
+
+def compute_logits(model: Any, input_ids: list[int]) -> Any:
+    """float32 [seq, vocab] logits of one unpadded prompt (computed in bf16)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([input_ids], dtype=torch.long))
+    return out.logits[0].float()
+
+
+def top2_margin(logits: Any) -> Any:
+    """Per row: top-1 minus top-2 logit. Under a max-abs error e, argmax is stable if margin > 2e."""
+    import torch
+
+    top = torch.topk(logits.float(), 2, dim=-1).values
+    return top[..., 0] - top[..., 1]
+
+
+def relative_error(got: Any, expected: Any) -> float:
+    """||got - expected|| / ||expected|| (Frobenius)."""
+    return float((got.float() - expected.float()).norm() / expected.float().norm().clamp_min(1e-30))
+
+
+def greedy_generate(model: Any, input_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[float], Any]:
+    """Greedy continuation through model.generate (the KV-cache decode path a server uses):
+    the tokens, each step's top-2 margin (of the scores greedy chose from), and each step's raw
+    logits as float32 [steps, vocab]."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([input_ids], dtype=torch.long),
+            attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,  # eos must not cut the comparison short
+            do_sample=False,
+            output_scores=True,
+            output_logits=True,  # raw: scores carry -inf where min_new_tokens masks eos
+            return_dict_in_generate=True,
+        )
+    tokens = out.sequences[0, len(input_ids) :].tolist()
+    margins = [float(top2_margin(s[0])) for s in out.scores]
+    logits = torch.stack([step[0].float() for step in out.logits])
+    return tokens, margins, logits
+
+
+def decisive_prefix(margins: list[float], atol: float) -> int:
+    """How many greedy steps are determined under max-abs error atol: all steps before the first
+    one whose margin is within 2*atol (after a possible flip, later steps see other inputs)."""
+    for i, m in enumerate(margins):
+        if m <= 2 * atol:
+            return i
+    return len(margins)
+
+
+def weight_digest(weight: Any) -> dict[str, Any]:
+    """sha256 of the raw bytes plus summary stats of a dense weight tensor."""
+    import torch
+
+    w = weight.detach().contiguous()
+    raw = w.view(torch.uint8) if w.dtype != torch.uint8 else w
+    wf = w.float()
+    return {
+        "dtype": str(w.dtype).replace("torch.", ""),
+        "shape": list(w.shape),
+        "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest(),
+        "sum": float(wf.double().sum()),
+        "abs_sum": float(wf.double().abs().sum()),
+        "absmax": float(wf.abs().max()),
+    }
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    summary: str
+    data: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "summary": self.summary, "data": self.data}
+
+
+def _check_files(model_dir: Path, ref: dict[str, Any]) -> Check:
+    expected: dict[str, dict[str, Any]] = ref.get("files", {})
+    actual = file_manifest(model_dir)
+    bad = sorted(
+        name
+        for name in set(expected) | set(actual)
+        if name not in expected or name not in actual or expected[name]["sha256"] != actual[name]["sha256"]
+    )
+    if bad:
+        return Check("files", False, "checkpoint files differ from those generated: " + ", ".join(bad), bad)
+    return Check("files", True, f"{len(actual)} files as generated")
+
+
+def _check_layout(model_dir: Path, ref: dict[str, Any]) -> Check:
+    expected: dict[str, Any] = ref["layout"]
+    actual = safetensors_layout(model_dir)
+    diffs = [
+        f"{name}: expected {expected.get(name)}, found {actual.get(name)}"
+        for name in sorted(set(expected) | set(actual))
+        if expected.get(name) != actual.get(name)
+    ]
+    if diffs:
+        return Check("layout", False, f"{len(diffs)} tensors differ in dtype/shape: " + "; ".join(diffs[:5]), diffs)
+    return Check("layout", True, f"{len(actual)} tensors with the expected dtype and shape")
+
+
+def _check_config(model_dir: Path, ref: dict[str, Any]) -> Check:
+    qc = json.loads((model_dir / "config.json").read_text()).get("quantization_config") or {}
+    found = (qc.get("quant_method"), qc.get("format"))
+    want = ("compressed-tensors", ref["format"])
+    if found != want:
+        return Check("config", False, f"quantization_config (quant_method, format) is {found}, expected {want}")
+    return Check("config", True, f"compressed-tensors, format {ref['format']}")
+
+
+def _check_weights(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
+    import torch
+
+    rtol = float(ref["weight_rtol"])
+    rows, failed = [], []
+    for layer, want in ref["weights"].items():
+        w = model.get_submodule(layer).weight.detach()
+        expected = tensors[want["tensor"]]
+        got = weight_digest(w)
+        row: dict[str, Any] = {"layer": layer, "dtype": got["dtype"], "shape": got["shape"]}
+        if got["dtype"] != want["dtype"] or got["shape"] != want["shape"]:
+            row["error"] = f"expected {want['dtype']} {want['shape']}"
+            failed.append(layer)
+        else:
+            diff = (w.float() - expected.float()).abs()
+            # The decode (e2m1 value x fp8 scale / global scale) is elementwise and exact in
+            # float32, so equal bytes are expected; rtol only forgives another rounding order
+            # (one bf16 ulp), not a wrong nibble order, scale or global scale.
+            within = bool(torch.all(diff <= rtol * expected.float().abs()))
+            row.update(exact=got["sha256"] == want["sha256"], max_abs_diff=float(diff.max()), within_rtol=within)
+            if not within:
+                failed.append(layer)
+        rows.append(row)
+    if failed:
+        return Check("weights", False, "decompressed weights differ from the reference: " + ", ".join(failed), rows)
+    exact = sum(1 for r in rows if r.get("exact"))
+    return Check("weights", True, f"{len(rows)} decompressed weights match ({exact} bit-exact)", rows)
+
+
+def _check_tokenizer(model_dir: Path, ref: dict[str, Any]) -> Check:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    diffs = []
+    for i, prompt in enumerate(ref["prompts"]):
+        ids = tok(prompt["text"])["input_ids"]
+        if ids != prompt["input_ids"]:
+            diffs.append({"prompt": i, "expected": prompt["input_ids"], "found": ids})
+    if diffs:
+        return Check("tokenizer", False, f"tokenizer encodes {len(diffs)} prompts differently", diffs)
+    return Check("tokenizer", True, f"{type(tok).__name__} encodes the {len(ref['prompts'])} prompts as recorded")
+
+
+def _check_logits(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
+    """Weights-only logits (activation QDQ off) within atol, greedy tokens equal where decisive."""
+    atol = float(ref["logits_atol"])
+    rows, problems = [], []
+    for i, prompt in enumerate(ref["prompts"]):
+        expected = tensors[prompt["tensor"]]
+        got = compute_logits(model, prompt["input_ids"])
+        if tuple(got.shape) != tuple(expected.shape):
+            problems.append(f"prompt {i}: logits shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+            rows.append({"prompt": i, "shape": list(got.shape)})
+            continue
+        max_diff = float((got - expected).abs().max())
+        greedy = got.argmax(-1).tolist()
+        # Where the reference's top-2 margin is within 2*atol, argmax may legitimately flip.
+        margins = top2_margin(expected).tolist()
+        decisive = [j for j, m in enumerate(margins) if m > 2 * atol]
+        flipped = [j for j in decisive if greedy[j] != prompt["greedy"][j]]
+        rows.append(
+            {
+                "prompt": i,
+                "max_abs_diff": max_diff,
+                "greedy_next": greedy[-1],
+                "greedy_checked": len(decisive),
+                "greedy_flipped_positions": flipped,
+            }
+        )
+        if max_diff > atol:
+            problems.append(f"prompt {i}: max abs diff {max_diff:.4g} > {atol:.4g}")
+        if flipped:
+            problems.append(f"prompt {i}: greedy token differs at positions {flipped}")
+    worst = max((r.get("max_abs_diff", float("inf")) for r in rows), default=0.0)
+    data = {"atol": atol, "max_abs_diff": worst, "prompts": rows}
+    if problems:
+        return Check("logits", False, "; ".join(problems), data)
+    checked = sum(r["greedy_checked"] for r in rows)
+    return Check("logits", True, f"max abs diff {worst:.4g} <= {atol:.4g}; {checked} greedy tokens equal", data)
+
+
+def _check_logits_w4a4(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
+    """As-loaded W4A4 logits: loosely close to the reference, and different from weights-only
+    (activation quantization is in effect, with the checkpoint's input_global_scale)."""
+    rtol = float(ref["w4a4_rel_tol"])
+    rows, problems = [], []
+    for i, prompt in enumerate(ref["prompts"]):
+        expected = tensors[prompt["tensor_w4a4"]]
+        got = compute_logits(model, prompt["input_ids"])
+        rel = relative_error(got, expected)
+        vs_weights_only = relative_error(got, tensors[prompt["tensor"]])
+        rows.append({"prompt": i, "rel_error": rel, "rel_diff_from_weights_only": vs_weights_only})
+        if rel > rtol:
+            problems.append(f"prompt {i}: relative error {rel:.3g} > {rtol:.3g}")
+        if vs_weights_only == 0.0:
+            problems.append(f"prompt {i}: logits equal the weights-only ones: activations are not quantized")
+    worst = max(r["rel_error"] for r in rows)
+    data = {"rel_tol": rtol, "rel_error": worst, "prompts": rows}
+    if problems:
+        return Check("logits-w4a4", False, "; ".join(problems), data)
+    return Check("logits-w4a4", True, f"relative error {worst:.3g} <= {rtol:.3g}; activations quantized", data)
+
+
+def _check_generate(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
+    """model.generate (KV-cache decode) against the recorded greedy continuation: tokens equal up
+    to the first step whose margin allows a flip, and each step's logits within atol for as long
+    as the inputs are the same tokens."""
+    atol = float(ref["logits_atol"])
+    rows, problems, compared_tokens = [], [], 0
+    worst = 0.0
+    for i, prompt in enumerate(ref["prompts"]):
+        want = prompt["generated"]
+        expected = tensors[prompt["tensor_generate"]]
+        got, _, logits = greedy_generate(model, prompt["input_ids"], len(want))
+        decisive = decisive_prefix(prompt["generate_margins"], atol)
+        same = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+        # Step k's logits depend on tokens < k: comparable through the first divergence.
+        steps = min(same + 1, len(want))
+        diff = float((logits[:steps] - expected[:steps]).abs().max()) if steps else 0.0
+        worst = max(worst, diff)
+        compared_tokens += min(decisive, same)
+        rows.append(
+            {"prompt": i, "expected": want, "found": got, "decisive_tokens": decisive,
+             "compared_steps": steps, "max_abs_diff": diff}
+        )
+        if same < decisive:
+            problems.append(f"prompt {i}: generated {got[:decisive]}, expected {want[:decisive]}")
+        if diff > atol:
+            problems.append(f"prompt {i}: decode logits max abs diff {diff:.4g} > {atol:.4g}")
+    data = {"atol": atol, "max_abs_diff": worst, "prompts": rows}
+    if problems:
+        return Check("generate", False, "; ".join(problems), data)
+    steps = sum(r["compared_steps"] for r in rows)
+    return Check(
+        "generate", True,
+        f"decode logits max abs diff {worst:.4g} over {steps} steps; {compared_tokens} decisive tokens equal",
+        data,
+    )
+
+
+def check_checkpoint(model_dir: Path) -> tuple[str, str, dict[str, Any]]:
+    ref_dir = model_dir / REFERENCE_DIR
+    ref_json = ref_dir / REFERENCE_JSON
+    if not ref_json.is_file():
+        return FAIL, f"no reference at {ref_json}; was the smoke model copied whole?", {}
+    ref = json.loads(ref_json.read_text())
+    if ref.get("schema") != REFERENCE_SCHEMA:
+        return FAIL, f"reference schema {ref.get('schema')!r}, this payload reads {REFERENCE_SCHEMA}", {}
+
+    checks: list[Check] = []
+    details: dict[str, Any] = {"model": str(model_dir), "reference_versions": ref.get("versions", {})}
+
+    def run(fn: Callable[[], Check], name: str) -> None:
+        try:
+            checks.append(fn())
+        except Exception as exc:  # a finding, reported by name, never a traceback
+            checks.append(Check(name, False, f"{type(exc).__name__}: {exc}"))
+
+    # Structure first: stdlib only, so it reports even when torch cannot be imported.
+    run(lambda: _check_files(model_dir, ref), "files")
+    run(lambda: _check_layout(model_dir, ref), "layout")
+    run(lambda: _check_config(model_dir, ref), "config")
+
+    try:
+        from safetensors.torch import load_file
+
+        details["versions"] = {
+            d: _version(d) for d in ("torch", "transformers", "compressed-tensors", "safetensors", "tokenizers")
+        }
+        tensors = load_file(str(ref_dir / REFERENCE_TENSORS))
+        model, info = load_model(model_dir)
+        details["load"] = info
+        checks.append(Check("load", True, info["api"], info))
+    except Exception as exc:
+        checks.append(Check("load", False, f"{type(exc).__name__}: {exc}"))
+    else:
+        run(lambda: _check_weights(model, ref, tensors), "weights")
+        run(lambda: _check_tokenizer(model_dir, ref), "tokenizer")
+        if ref.get("activations"):
+            run(lambda: _check_logits_w4a4(model, ref, tensors), "logits-w4a4")
+        set_activation_quantization(model, False)
+        try:
+            run(lambda: _check_logits(model, ref, tensors), "logits")
+            run(lambda: _check_generate(model, ref, tensors), "generate")
+        finally:
+            set_activation_quantization(model, True)
+
+    details["checks"] = [c.as_dict() for c in checks]
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        return FAIL, "; ".join(f"{c.name}: {c.summary}" for c in failed), details
+    logits = next((c for c in checks if c.name == "logits"), None)
+    summary = f"{ref['format']} checkpoint loads in bf16 on CPU and matches its reference"
+    if logits is not None:
+        summary += f" (logits max abs diff {logits.data['max_abs_diff']:.4g})"
+    return PASS, summary, details
+
+
+# ----------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------
+
+
+def _stage(name: str, fn: Callable[[], tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        # Libraries print (progress bars, notices); stdout must stay clean for --json.
+        with contextlib.redirect_stdout(sys.stderr):
+            status, reason, details = fn()
+    except Exception as exc:
+        status, reason, details = FAIL, f"{type(exc).__name__}: {exc}", {}
+    return {
+        "name": name,
+        "status": status,
+        "reason": reason,
+        "duration_s": round(time.perf_counter() - started, 3),
+        "details": details,
+    }
+
+
+def _skipped(name: str, reason: str) -> dict[str, Any]:
+    return {"name": name, "status": SKIPPED, "reason": reason, "duration_s": 0.0, "details": {}}
+
+
+def run_smoke(lock: Path | None, model: Path | None) -> dict[str, Any]:
+    """Run every stage; the report is plain data (also what --json prints)."""
+    # The image has no network; a hub lookup would hang or fail, never help.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    stages = []
+    if lock is None:
+        stages.append(_skipped("environment", "no --lock given"))
+    elif not lock.is_file():
+        stages.append(
+            {**_skipped("environment", ""), "status": FAIL, "reason": f"lock file {lock} not found"}
+        )
+    else:
+        stages.append(_stage("environment", lambda: check_environment(lock)))
+    if model is None:
+        stages.append(_skipped("checkpoint-cpu", "no --model given"))
+    elif not model.is_dir():
+        stages.append(
+            {**_skipped("checkpoint-cpu", ""), "status": FAIL, "reason": f"model directory {model} not found"}
+        )
+    else:
+        stages.append(_stage("checkpoint-cpu", lambda: check_checkpoint(model)))
+    return {"stages": stages, "ok": all(s["status"] != FAIL for s in stages)}
+
+
+def format_human(report: dict[str, Any]) -> str:
+    lines = []
+    for s in report["stages"]:
+        lines.append(f"{s['status'].upper():7} {s['name']:15} {s['duration_s']:7.2f}s  {s['reason']}")
+        for c in s["details"].get("checks", []):
+            if not c["ok"]:
+                lines.append(f"        - {c['check']}: {c['summary']}")
+    lines.append("smoke: " + ("ok" if report["ok"] else "FAILED"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="imgbuild in-image smoke test")
+    parser.add_argument("--lock", type=Path, help="the image's lock (uv pip compile output)")
+    parser.add_argument("--model", type=Path, help="smoke checkpoint directory (with imgbuild-reference/)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = run_smoke(args.lock, args.model)
+    print(json.dumps(report, indent=2) if args.json else format_human(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The main job, stage after stage: plan, lock, build (or reuse), smoke, tag, push.
+
+Each stage is its own module; this one only sequences them and decides what to skip.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import base as base_mod
+from . import build as build_mod
+from . import dockerenv, registry, smoke
+from .errors import InputError, JobFailed
+from .lock import read_lock
+from .plan import Plan, make_plan
+from .spec import Catalog
+
+
+@dataclass(frozen=True)
+class Outcome:
+    plan: Plan
+    action: str  # built | local | pulled
+    image_id: str
+    seconds: float
+    size_bytes: int
+    smoke: smoke.SmokeReport | None = None
+    pushed: tuple[str, ...] = ()  # ref@digest
+    build: build_mod.BuildResult | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.plan.target, "action": self.action, "image_id": self.image_id,
+            "content_tag": self.plan.ref(), "refs": list(self.plan.refs),
+            "seconds": round(self.seconds, 1), "size_bytes": self.size_bytes,
+            "smoke": self.smoke.to_dict() if self.smoke else None, "pushed": list(self.pushed),
+            "build": None if self.build is None else {
+                "seconds": round(self.build.seconds, 1), "steps": self.build.steps,
+                "cached_steps": self.build.cached_steps},
+        }
+
+
+def _repo(name: str | None, push: bool) -> registry.Repository:
+    repo = registry.Repository.parse(name or "imgbuild")
+    if push and repo.host is None:
+        raise InputError("--push needs a registry", facts=[f"repository '{repo.name}' names no registry host"],
+                         hint="pass --registry HOST[:PORT]/REPO, e.g. --registry 127.0.0.1:5000/imgbuild")
+    return repo
+
+
+def build_target(cat: Catalog, target: str, *, model: str | None, registry_name: str | None,
+                 push: bool, rebuild: bool, wheels: Path | None, lock_dir: Path,
+                 run_smoke: bool = True, console=None, log=print,
+                 log_dir: Path | None = None) -> Outcome:
+    from docker.errors import ImageNotFound
+
+    start = time.monotonic()
+    repo = _repo(registry_name, push)
+    client = dockerenv.client()
+    registry.check_reachable(repo)
+    plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
+                     repository=repo.name)
+    lock = read_lock(lock_dir / Path(plan.lock_path).name)
+    img = None
+    action = "built"
+    result = None
+    report = None
+    if not rebuild:
+        try:
+            img = client.images.get(plan.ref())
+            action = "local"
+            log(f"{plan.ref()} is already here: nothing to build")
+        except ImageNotFound:
+            img = None
+        if img is None and repo.host and registry.manifest_digest(repo, plan.content_tag):
+            registry.pull(client, plan.ref())
+            img = client.images.get(plan.ref())
+            action = "pulled"
+            log(f"{plan.ref()} found in the registry: pulled instead of building")
+    if img is None:
+        base_mod.ensure_local(client, cat.base(plan.base), repo if repo.host else None)
+        smoke_dir = None
+        if plan.smoke_model:
+            from .plan import smoke_model_spec
+            from .smokemodel import ensure
+
+            spec = smoke_model_spec(cat.model(plan.smoke_model))
+            smoke_dir = _quietly(lambda: ensure(spec), log,
+                                 f"smoke model {plan.smoke_model} ({plan.smoke_model_key[:12]})")
+        with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
+            ctx = Path(td)
+            carried = build_mod.prepare_context(plan, lock, ctx, wheels=wheels,
+                                                smoke_model_dir=smoke_dir)
+            flags = build_mod.index_flags(plan, bool(carried))
+            log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
+            result = build_mod.docker_build(plan, ctx, secrets=build_mod.Secrets.from_host(),
+                                            flags=flags, console=console, log_path=log_path)
+        img = client.images.get(plan.ref())
+        if run_smoke and plan.smoke_model:
+            report = smoke.run(plan.ref())
+            if not report.ok:
+                # The content tag must not claim a finished image: move it aside.
+                failed_ref = plan.ref(plan.content_tag + "-smoke-failed")
+                img.tag(*failed_ref.rsplit(":", 1))
+                client.images.remove(plan.ref())
+                raise JobFailed(
+                    f"smoke test failed for {plan.target}; no tag was moved",
+                    facts=[f"{s['name']}: {s['status']}: {s.get('reason') or ''}"
+                           for s in report.stages],
+                    hint=f"the image is kept as {failed_ref} to inspect; "
+                         f"`imgbuild smoke {failed_ref}` reruns the check")
+    for t in plan.tags:
+        img.tag(plan.repository, t)
+    pushed: list[str] = []
+    if push:
+        # Content tag first, moving tags after: a moving tag never points at something the
+        # registry does not fully hold.
+        for ref in plan.refs:
+            pushed.append(f"{ref}@{registry.push(client, ref)}")
+    img.reload()
+    return Outcome(plan, action, img.id, time.monotonic() - start, img.attrs.get("Size", 0),
+                   report, tuple(pushed), result)
+
+
+def _quietly(fn, log, what: str):
+    """Run fn with its stdout/stderr (llmcompressor's progress bars) sent to a log file."""
+    import os
+    import sys
+
+    with tempfile.NamedTemporaryFile("w+", prefix="imgbuild-smokegen-", suffix=".log",
+                                     delete=False) as f:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        t0 = time.monotonic()
+        try:
+            return fn()
+        except Exception as e:
+            raise JobFailed(f"could not make {what}", facts=[f"{type(e).__name__}: {e}"],
+                            hint=f"its output is in {f.name}") from None
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            log(f"{what}: ready in {time.monotonic() - t0:.1f} s")
+
+
+@dataclass(frozen=True)
+class PullOutcome:
+    plan: Plan
+    ref: str
+    digest: str
+    registry_digest: str
+
+    def to_dict(self) -> dict:
+        return {"target": self.plan.target, "ref": self.ref, "digest": self.digest,
+                "registry_digest": self.registry_digest, "refs": list(self.plan.refs)}
+
+
+def pull_target(cat: Catalog, target: str, *, model: str | None, registry_name: str,
+                lock_dir: Path, wheels: Path | None) -> PullOutcome:
+    repo = _repo(registry_name, True)
+    client = dockerenv.client()
+    registry.check_reachable(repo)
+    plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
+                     repository=repo.name)
+    want = registry.manifest_digest(repo, plan.content_tag)
+    if want is None:
+        raise JobFailed(f"no image for {plan.target} in {repo.name}",
+                        facts=[f"content tag {plan.content_tag} is not in the registry"],
+                        hint=f"build and push it: `imgbuild {target} --push --registry {repo.name}`")
+    got = registry.pull(client, plan.ref())
+    if got != want:
+        raise JobFailed(f"pulled {plan.ref()} by digest {got}, but the registry holds {want}",
+                        hint="the tag moved during the pull; pull again")
+    img = client.images.get(plan.ref())
+    for t in plan.tags:
+        img.tag(plan.repository, t)
+    return PullOutcome(plan, plan.ref(), got, want)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs and starts what imgbuild and its tests need on a fresh Debian-like machine, as root:
+# uv, Debian's docker.io (dockerd + the 20.10 client with BuildKit built in), docker-registry
+# (CNCF distribution) on 127.0.0.1:5000, and debootstrap. Reuses whatever already runs.
+set -euo pipefail
+
+REGISTRY_ADDR="${IMGBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
+STATE="${IMGBUILD_STATE:-/var/lib/imgbuild}"
+say() { printf '[services] %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  say "needs root (apt-get, dockerd, debootstrap); run: sudo make setup"; exit 3
+fi
+
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+[ -x /usr/bin/docker ] || need+=(docker.io)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  say "installing ${need[*]} from Debian"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v uv >/dev/null; then
+  say "installing uv from PyPI"
+  python3 -m pip install -q uv
+fi
+
+mkdir -p "$STATE"
+if ! /usr/bin/docker info >/dev/null 2>&1; then
+  say "starting dockerd (log: $STATE/dockerd.log)"
+  setsid nohup dockerd >"$STATE/dockerd.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do /usr/bin/docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  /usr/bin/docker info >/dev/null 2>&1 || { say "dockerd did not come up:"; tail -20 "$STATE/dockerd.log" >&2; exit 3; }
+fi
+
+if ! curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+  say "starting docker-registry on $REGISTRY_ADDR (data: $STATE/registry)"
+  mkdir -p "$STATE/registry"
+  cat >"$STATE/registry.yml" <<YML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+YML
+  setsid nohup docker-registry serve "$STATE/registry.yml" >"$STATE/registry.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 40); do curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 && break; sleep 0.25; done
+  curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null || { say "registry did not come up:"; tail -20 "$STATE/registry.log" >&2; exit 3; }
+fi
+say "ready: dockerd $(/usr/bin/docker version --format '{{.Server.Version}}'), registry http://$REGISTRY_ADDR, $(uv --version)"

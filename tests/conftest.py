@@ -1,0 +1,73 @@
+"""Shared fixtures. Tests talk to real services: the Docker Engine and the registry that
+`make test` starts (scripts/services.sh), uv against real PyPI (marker `live`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY_HOST = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
+WHEELS = os.environ.get("IMGBUILD_WHEELS") or ("/opt/wheels" if Path("/opt/wheels").is_dir() else "")
+
+
+def run_imgbuild(*args: str, env: dict | None = None, timeout: int = 1800,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: a subprocess, its exit code and its two streams."""
+    e = dict(os.environ)
+    e.setdefault("UV_PYTHON_DOWNLOADS", "never")
+    e["HF_HUB_OFFLINE"] = "1"
+    if WHEELS:
+        e.setdefault("IMGBUILD_WHEELS", WHEELS)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=cwd or ROOT, env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def docker_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+def registry_available() -> bool:
+    try:
+        return requests.get(f"http://{REGISTRY_HOST}/v2/", timeout=3).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if not docker_available():
+        pytest.skip("skipped: no Docker daemon (make services starts one)")
+    import docker
+
+    return docker.from_env(timeout=600)
+
+
+@pytest.fixture(scope="session")
+def registry_repo(docker_client) -> str:
+    """A repository of its own per test session, so the first build in it is a real one."""
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    return f"{REGISTRY_HOST}/imgbuild-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture()
+def images_copy(tmp_path) -> Path:
+    """A scratch copy of images/ and lockfiles/ to break on purpose."""
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
+    return tmp_path / "images"

@@ -1,0 +1,93 @@
+"""The Plan and the Dockerfile rendered from it (pure: no Docker, no network)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from builder import render
+from builder.plan import make_plan
+from builder.spec import load_catalog
+
+from .conftest import ROOT
+
+LOCKS = ROOT / "lockfiles"
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def plan(cat, target="tiny-cpu", **kw):
+    return make_plan(cat, target, lock_dir=LOCKS, resolve=False, **kw)
+
+
+def test_layer_order_puts_what_changes_least_first(cat):
+    text = render.dockerfile(plan(cat))
+    pos = {k: text.index(k) for k in (
+        "FROM imgbuild-base:debian-bookworm-py3.11", "uv venv", "heavy.txt", "rest.txt",
+        "COPY smoke/smoke.py", "LABEL ", "CMD ")}
+    assert list(pos) == sorted(pos, key=pos.get)
+    # Every instruction is explained by a comment right above it.
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith(("FROM", "RUN", "LABEL")) and i and not lines[i - 1].startswith("#"):
+            assert lines[i - 1].startswith(("COPY", "ENV", "ARG")), ln
+
+
+def test_secrets_and_tools_are_mounts_not_layers(cat):
+    text = render.dockerfile(plan(cat))
+    assert "--mount=type=secret,id=cacert" in text
+    assert "--mount=type=secret,id=netrc" in text
+    assert "--mount=type=cache,id=imgbuild-uv" in text
+    assert "--require-hashes --no-deps" in text
+    assert "COPY tools" not in text and "ADD " not in text
+
+
+def test_labels_carry_lock_hash_archs_cuda_patches(cat):
+    p = plan(cat, "sglang-blackwell", model="k2.6")
+    labels = dict(p.labels)
+    assert labels["io.imgbuild.lock.hash"] == p.lock_hash
+    assert labels["io.imgbuild.archs"] == "sm100,sm120"
+    assert labels["io.imgbuild.cuda"] == "13.0"
+    assert labels["io.imgbuild.patches"] == "none"
+    assert labels["org.opencontainers.image.base.name"] == p.base_image
+    text = render.dockerfile(p)
+    assert f'io.imgbuild.lock.hash="{p.lock_hash}"' in text
+    assert "apt-get install" in text and "python3.12" in text  # CUDA bases bring no python
+    assert '"sglang.launch_server"' in text and '"kimi_k2"' in text
+
+
+def test_content_key_same_inputs_same_key(cat):
+    a, b = plan(cat), plan(cat)
+    assert a.content_key == b.content_key and a.content_tag == b.content_tag
+    # Where the image is pushed is not part of its content.
+    c = plan(cat, repository="127.0.0.1:5000/elsewhere")
+    assert c.content_key == a.content_key and c.ref() != a.ref()
+
+
+def test_content_key_changes_with_what_decides_the_bytes(cat):
+    base = plan(cat, "sglang-blackwell")  # its default model is k2.6
+    assert base.model == "k2.6"
+    assert plan(cat, "sglang-hopper").content_key != plan(cat, "sglang-hopper", model="k2.6").content_key
+    assert plan(cat, "sglang-blackwell", model="tiny-nvfp4").content_key != base.content_key
+    from builder.plan import finalize
+    from builder.lock import read_lock
+
+    lock = read_lock(LOCKS / base.lock_path.split("/")[-1])
+    other_lock = dataclasses.replace(lock, body_hash="sha256:" + "0" * 64)
+    assert finalize(base, other_lock).content_key != base.content_key
+    other_base = dataclasses.replace(base, base_image="nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04")
+    assert finalize(other_base, lock).content_key != base.content_key
+
+
+def test_plan_tags_and_json(cat):
+    p = plan(cat, repository="127.0.0.1:5000/imgbuild")
+    d = p.to_dict()
+    assert d["refs"][0] == f"127.0.0.1:5000/imgbuild:{p.content_tag}"
+    assert "127.0.0.1:5000/imgbuild:tiny-cpu" in d["refs"]
+    for k in ("target", "engine", "archs", "cuda", "base_image", "python", "platform_tag",
+              "lock_path", "lock_hash", "overrides", "patches", "tags", "content_key"):
+        assert k in d

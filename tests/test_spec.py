@@ -1,0 +1,107 @@
+"""Spec loading and validation: every error names the file, the key and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.errors import InputError, SpecError
+from builder.spec import load_catalog
+
+from .conftest import run_imgbuild
+
+
+def test_shipped_catalog_has_the_required_targets_and_models():
+    cat = load_catalog()
+    for t in ("sglang-blackwell", "sglang-hopper", "vllm-blackwell", "tiny-cpu"):
+        assert t in cat.targets
+    assert cat.target("sglang-blackwell").archs == ("sm100", "sm120")
+    assert cat.target("sglang-hopper").archs == ("sm90",)
+    k = cat.model("k2.6")
+    assert (k.size_gb, k.tensor_parallel) == (595, 8)
+    assert "--trust-remote-code" in k.engine_flags["sglang"]
+    assert "kimi_k2" in k.engine_flags["sglang"]
+    assert cat.model("tiny-nvfp4").generated
+    assert cat.model("tiny-nvfp4").quant_formats == ("nvfp4-pack-quantized",)
+
+
+def _write(images, name, text):
+    (images / name).write_text(text)
+
+
+def test_malformed_yaml_names_file_and_line(images_copy):
+    _write(images_copy, "broken.yaml", "engine:\n  name: sglang\n  version: [0.5\n")
+    with pytest.raises(SpecError) as e:
+        load_catalog(images_copy)
+    assert "images/broken.yaml" in str(e.value)
+    assert "line" in str(e.value)
+
+
+def test_unknown_key_suggests_the_closest(images_copy):
+    text = (images_copy / "tiny-cpu.yaml").read_text().replace("archs:", "arches:")
+    _write(images_copy, "tiny-cpu.yaml", text)
+    with pytest.raises(SpecError) as e:
+        load_catalog(images_copy)
+    assert "images/tiny-cpu.yaml: arches" in str(e.value)
+    assert e.value.hint == "did you mean 'archs'?"
+
+
+@pytest.mark.parametrize("body, key, expected", [
+    ("engine: {name: sglang}\narchs: [sm90]\nbase: debian-bookworm\n", "engine.version", "required"),
+    ("engine: {name: sglang, version: 0.5}\narchs: [sm90]\nbase: debian-bookworm\n",
+     "engine.version", "in quotes"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: sm90\nbase: debian-bookworm\n",
+     "archs", "a list"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [hopper]\nbase: debian-bookworm\n",
+     "archs[0]", "sm90"),
+    ("engine: {name: tgi, version: '1.0'}\narchs: [sm90]\nbase: debian-bookworm\n",
+     "engine.name", "one of sglang"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: debian-bookworm\n"
+     "overrides:\n  - requirement: compressed-tensors==0.18.0\n", "overrides[0].reason", "reason"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: debian-bookworm\n"
+     "requirements: ['torch>=>2']\n", "requirements[0]", "PEP 508"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: ubuntu-99\n", "base",
+     "images/bases.yaml"),
+])
+def test_bad_target_fields(images_copy, body, key, expected):
+    _write(images_copy, "bad.yaml", body)
+    with pytest.raises(SpecError) as e:
+        load_catalog(images_copy)
+    msg = str(e.value)
+    assert msg.startswith(f"images/bad.yaml: {key}:"), msg
+    assert expected in msg
+
+
+def test_unknown_target_and_model_list_known_and_closest():
+    cat = load_catalog()
+    with pytest.raises(InputError) as e:
+        cat.target("sglang-blackwel")
+    assert e.value.hint == "did you mean 'sglang-blackwell'?"
+    assert "tiny-cpu" in e.value.facts[0]
+    with pytest.raises(InputError) as e:
+        cat.model("k2.5")
+    assert e.value.hint == "did you mean 'k2.6'?"
+
+
+def test_cli_bad_input_exit_2_without_traceback(images_copy):
+    r = run_imgbuild("plan", "no-such-target")
+    assert r.returncode == 2
+    assert "unknown target 'no-such-target'" in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    r = run_imgbuild("plan", "tiny-cpu", "--model", "k3")
+    assert r.returncode == 2 and "unknown model 'k3'" in r.stderr
+    _write(images_copy, "broken.yaml", "engine: {name: sglang\n")
+    r = run_imgbuild("list", "--images", str(images_copy))
+    assert r.returncode == 2
+    assert "images/broken.yaml" in r.stderr and "Traceback" not in r.stderr
+    r = run_imgbuild("list", "--json", "--images", str(images_copy))
+    assert r.returncode == 2 and '"exit_code": 2' in r.stdout
+
+
+def test_cli_list_json():
+    import json
+
+    r = run_imgbuild("list", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["targets"]["sglang-blackwell"]["engine"] == "sglang==0.5.23"
+    assert doc["models"]["k2.6"]["size_gb"] == 595
