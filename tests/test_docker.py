@@ -1,0 +1,172 @@
+"""The main job against the real Docker Engine and a real registry (started by `make test`).
+
+One session-scoped build of the demo target into a registry repository of its own, then:
+reuse by content tag, pull by digest, smoke, secrets in no layer, and the failure paths.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import uuid
+
+import pytest
+
+from .conftest import ROOT, run_imgbuild
+
+pytestmark = pytest.mark.docker
+
+
+def _json(r):
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:{r.stdout[-3000:]}\nstderr:{r.stderr[-3000:]}"
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client, registry_repo):
+    """The bootstrapped Debian base (debootstrap the first time, reused after)."""
+    doc = _json(run_imgbuild("base", "bootstrap", "--registry", registry_repo, "--json"))
+    assert doc["pushed"] and doc["pushed"][0].startswith(f"{registry_repo}:base-debian-bookworm")
+    return doc
+
+
+@pytest.fixture(scope="session")
+def built(base_image, registry_repo):
+    return _json(run_imgbuild("tiny-cpu", "--push", "--registry", registry_repo, "--json"))
+
+
+def test_first_build_builds_smokes_and_pushes(built, registry_repo):
+    assert built["action"] == "built"  # a fresh repository: nothing to reuse
+    assert built["smoke"]["ok"] is True
+    names = [s["name"] for s in built["smoke"]["stages"]]
+    assert "environment" in names and "checkpoint-cpu" in names
+    refs = built["refs"]
+    assert refs[0].startswith(f"{registry_repo}:tiny-cpu-") and f"{registry_repo}:tiny-cpu" in refs
+    digests = {p.split("@")[1] for p in built["pushed"]}
+    assert len(built["pushed"]) == len(refs) and len(digests) == 1  # every tag, one image
+
+
+def test_labels_on_the_image(built, docker_client):
+    img = docker_client.images.get(built["content_tag"])
+    labels = img.labels
+    lock = next((ROOT / "lockfiles").glob("tiny-cpu.*.txt")).read_text()
+    assert labels["io.imgbuild.lock.hash"] in lock  # the body hash recorded in the header
+    assert labels["io.imgbuild.archs"] == "cpu"
+    assert labels["io.imgbuild.content-key"].startswith("sha256:")
+    assert labels["org.opencontainers.image.title"] == "imgbuild tiny-cpu"
+
+
+def test_second_push_does_not_build(built, registry_repo, docker_client):
+    again = _json(run_imgbuild("tiny-cpu", "--push", "--registry", registry_repo, "--json"))
+    assert again["action"] == "local" and again["build"] is None
+    assert again["content_tag"] == built["content_tag"]
+    # Without the local image, the registry's copy is pulled, still no build.
+    for ref in again["refs"]:
+        docker_client.images.remove(ref)
+    third = _json(run_imgbuild("tiny-cpu", "--push", "--registry", registry_repo, "--json"))
+    assert third["action"] == "pulled" and third["build"] is None
+    assert third["image_id"] == built["image_id"]
+
+
+def test_pulled_digest_equals_pushed(built, registry_repo):
+    pushed = built["pushed"][0].split("@")[1]
+    doc = _json(run_imgbuild("pull", "tiny-cpu", "--registry", registry_repo, "--json"))
+    assert doc["digest"] == pushed == doc["registry_digest"]
+
+
+def test_smoke_command_on_the_pushed_image(built, registry_repo):
+    doc = run_imgbuild("smoke", f"{registry_repo}:tiny-cpu", "--json")
+    rep = _json(doc)
+    assert rep["ok"] is True
+    assert all(s["status"] == "pass" for s in rep["stages"])
+
+
+def test_base_bootstrap_reuses_the_local_base(base_image, registry_repo):
+    doc = _json(run_imgbuild("base", "bootstrap", "--registry", registry_repo, "--json"))
+    assert doc["built"] is False and doc["image_id"] == base_image["image_id"]
+
+
+def _image_bytes(docker_client, ref: str) -> bytes:
+    """Every file of every layer of the saved image, concatenated (tar in tar)."""
+    raw = b"".join(docker_client.images.get(ref).save())
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(raw)) as outer:
+        for m in outer.getmembers():
+            if not m.isfile():
+                continue
+            data = outer.extractfile(m).read()
+            out.append(data)
+            if m.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for lm in layer.getmembers():
+                        if lm.isfile():
+                            out.append(layer.extractfile(lm).read())
+    return b"\n".join(out)
+
+
+def test_build_secrets_are_in_no_layer(base_image, images_copy, registry_repo, docker_client, tmp_path):
+    """Build a variant whose install steps must run (a lock of its own), with a netrc carrying
+    a unique token and the host CA bundle as secrets; neither may appear in any layer."""
+    token = f"imgbuild-secret-{uuid.uuid4().hex}"
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine pypi.org login __token__ password {token}\n")
+    spec = (images_copy / "tiny-cpu.yaml").read_text().replace(
+        "  - safetensors\n", "  - safetensors\n  - six==1.17.0\n")
+    (images_copy / "tiny-cpu.yaml").write_text(spec)
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    r = run_imgbuild("tiny-cpu", "--images", str(images_copy), "--registry", registry_repo,
+                     "--no-smoke", "--json", env={"IMGBUILD_NETRC": str(netrc), "IMGBUILD_CA_BUNDLE": ca})
+    doc = _json(r)
+    assert doc["action"] == "built" and doc["build"]["steps"] > doc["build"]["cached_steps"]
+    blob = _image_bytes(docker_client, doc["content_tag"])
+    assert b"six" in blob  # the scan does see installed files
+    assert token.encode() not in blob
+    ca_lines = [ln for ln in open(ca, "rb").read().splitlines() if len(ln) == 64][100:103]
+    assert ca_lines and not any(ln in blob for ln in ca_lines)
+
+
+def test_failing_step_shows_its_log_tail_and_tags_nothing(base_image, images_copy, registry_repo,
+                                                          docker_client):
+    bases = (images_copy / "bases.yaml").read_text().replace(
+        "      include: [python3]\n",
+        "      include: [python3]\n    python_packages: [no-such-package-imgbuild]\n")
+    (images_copy / "bases.yaml").write_text(bases)
+    r = run_imgbuild("tiny-cpu", "--images", str(images_copy), "--registry", registry_repo)
+    assert r.returncode == 1, r.stderr
+    assert "docker build failed at" in r.stderr and "apt-get" in r.stderr
+    assert "Unable to locate package no-such-package-imgbuild" in r.stderr
+    assert "was not tagged" in r.stderr and "Traceback" not in r.stderr
+    plan = _json(run_imgbuild("plan", "tiny-cpu", "--images", str(images_copy), "--json",
+                              "--registry", registry_repo))
+    from docker.errors import ImageNotFound
+
+    for ref in plan["refs"]:
+        with pytest.raises(ImageNotFound):
+            docker_client.images.get(ref)
+
+
+def test_registry_down_is_an_environment_error(docker_client):
+    r = run_imgbuild("tiny-cpu", "--push", "--registry", "127.0.0.1:5999/imgbuild")
+    assert r.returncode == 3, r.stderr
+    assert "registry 127.0.0.1:5999 is unreachable" in r.stderr and "help" in r.stderr
+    r = run_imgbuild("pull", "tiny-cpu", "--registry", "127.0.0.1:5999/imgbuild", "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["exit_code"] == 3
+
+
+def test_no_daemon_is_an_environment_error(tmp_path):
+    sock = tmp_path / "no-docker.sock"
+    for args in (["tiny-cpu"], ["smoke", "imgbuild:tiny-cpu"], ["base", "bootstrap"]):
+        r = run_imgbuild(*args, env={"DOCKER_HOST": f"unix://{sock}"})
+        assert r.returncode == 3, (args, r.stderr)
+        assert "no Docker daemon answers" in r.stderr and "dockerd" in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_push_without_registry_host_is_bad_input():
+    # Checked before anything else: no daemon is needed to say the arguments are wrong.
+    r = run_imgbuild("tiny-cpu", "--push", "--registry", "imgbuild",
+                     env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 2, r.stderr
+    assert "--push needs a registry" in r.stderr and "127.0.0.1:5000/imgbuild" in r.stderr
