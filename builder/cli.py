@@ -90,7 +90,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_lock(args) -> int:
-    from .lock import ensure_lock, read_lock, resolve
+    from .lock import check_overrides, ensure_lock, read_lock, resolve_explained
     from .plan import lock_request
 
     cat = _catalog(args)
@@ -104,7 +104,7 @@ def cmd_lock(args) -> int:
         req = lock_request(cat, cat.target(n))
         path = lock_dir / req.filename()
         if args.check:
-            fresh = resolve(req, wheels)
+            fresh = resolve_explained(req, wheels)
             current = read_lock(path).body if path.exists() else ""
             if fresh != current:
                 stale.append(n)
@@ -120,6 +120,13 @@ def cmd_lock(args) -> int:
             lock, written = ensure_lock(req, lock_dir, wheels, refresh=args.refresh)
             out.append({"target": n, "lock": str(lock.path), "written": written,
                         "packages": len(lock.packages), "hash": lock.digest})
+        if req.overrides:
+            lock = read_lock(path)
+            reasons = {o.requirement: o.reason for o in cat.target(n).overrides}
+            out[-1]["overrides"] = [
+                {"requirement": st.requirement, "needed": st.needed, "effect": st.effect,
+                 "reason": reasons.get(st.requirement, "")}
+                for st in check_overrides(req, wheels, lock)]
     if args.json:
         ui.print_json({"locks": out, "stale": stale})
     else:
@@ -132,6 +139,9 @@ def cmd_lock(args) -> int:
             else:
                 c.print(f"{'[green]wrote[/]' if o['written'] else 'up to date'}  {o['target']}  "
                         f"{o['lock']}  ({o['packages']} packages)")
+            for ov in o.get("overrides", []):
+                mark = "[green]needed[/]   " if ov["needed"] else "[yellow]removable[/]"
+                c.print(f"    override {mark} {ov['requirement']}: {ov['effect']}")
     return EXIT_FAILED if stale else EXIT_OK
 
 

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -86,6 +87,7 @@ class Lockfile:
         return "".join(p.line() + "\n" for p in pkgs)
 
 
+@cache
 def uv_bin() -> str:
     """The uv binary (not a pyenv shim: we copy it into build contexts)."""
     try:
@@ -242,8 +244,9 @@ def resolve(req: LockRequest, wheels: Path | None = None) -> str:
                 hint="relax a requirement, or add an override with a reason to "
                      f"images/{req.target}.yaml")
         body = (Path(td) / "out.txt").read_text()
-    # uv annotates with the temp file's path; keep the annotation, drop the path.
-    return body.replace(str(reqs), "requirements.in")
+    # uv annotates with the temp files' paths; keep the annotations, drop the random directory
+    # so that the same inputs give the same bytes.
+    return body.replace(td + "/", "")
 
 
 def ensure_lock(req: LockRequest, lock_dir: Path, wheels: Path | None = None, *,
@@ -257,5 +260,71 @@ def ensure_lock(req: LockRequest, lock_dir: Path, wheels: Path | None = None, *,
         lock = read_lock(path)  # a corrupted lock is an error, not silently replaced
         if lock.inputs_hash == req.inputs_hash():
             return lock, False
-    body = resolve(req, wheels)
+    body = resolve_explained(req, wheels)
     return write_lock(path, req, body, uv_version()), True
+
+
+@dataclass(frozen=True)
+class OverrideStatus:
+    requirement: str
+    needed: bool
+    effect: str  # what dropping it would do, in words
+
+
+def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile) -> list[OverrideStatus]:
+    """Resolve without each override in turn: one that changes nothing is removable."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(ov: str) -> OverrideStatus:
+        without = LockRequest(req.target, req.python, req.uv_platform, req.requirements,
+                              tuple(o for o in req.overrides if o != ov), req.extra_index_urls)
+        try:
+            body = resolve(without, wheels)
+        except ResolveError as e:
+            from .conflicts import parse_constraints
+
+            name = canonicalize_name(re.split(r"[<>=!~;\[ ]", ov, maxsplit=1)[0])
+            who = [f"{c.source} requires {c.package}{c.spec}"
+                   for c in parse_constraints("\n".join(e.facts)) if c.package == name]
+            return OverrideStatus(ov, True, "without it there is no resolution" +
+                                  (f" ({'; '.join(who)})" if who else ""))
+        pins = {p.name: p.version for p in parse_body(body, "resolution without " + ov)}
+        have = {p.name: p.version for p in locked.packages}
+        changed = sorted(n for n in set(pins) | set(have) if pins.get(n) != have.get(n))
+        if not changed:
+            return OverrideStatus(ov, False, "the resolution is the same without it: removable")
+        shown = ", ".join(f"{n} {have.get(n, '-')} → {pins.get(n, '-')}" for n in changed[:4])
+        return OverrideStatus(ov, True, f"without it: {shown}" +
+                              (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
+
+    uv_bin()  # sysconfig's first use is not thread-safe; warm it before the pool
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(one, req.overrides))
+
+
+def resolve_explained(req: LockRequest, wheels: Path | None = None) -> str:
+    """resolve(), and when it fails: every conflict at once, with overrides proven to resolve."""
+    from . import conflicts
+
+    try:
+        return resolve(req, wheels)
+    except ResolveError as first:
+        uv_chain = first.facts
+        sentence = conflicts.platform_sentence("\n".join(uv_chain), req.uv_platform)
+        if sentence:
+            raise ResolveError(sentence, facts=uv_chain,
+                               hint="use a base image with a newer glibc (see images/bases.yaml), "
+                                    "or pin an engine version that ships wheels for this "
+                                    "platform") from None
+        found, ok, _ = conflicts.reconcile(req, lambda r: resolve(r, wheels))
+        if not found:
+            raise
+        facts = uv_chain + ["who asks for what:"] + [ln for c in found for ln in c.lines()]
+        if ok:
+            hint = (f"these overrides resolve it (checked with uv); add them to "
+                    f"images/{req.target}.yaml, each with the reason it is safe:\n"
+                    + conflicts.override_yaml(found))
+        else:
+            hint = ("no set of overrides found resolves it; relax a requirement in "
+                    f"images/{req.target}.yaml")
+        raise ResolveError(first.message, facts=facts, hint=hint) from None
