@@ -11,7 +11,7 @@ from pathlib import Path
 from . import ui
 from .errors import EXIT_FAILED, EXIT_OK, ImgbuildError, InputError
 
-COMMANDS = ("list", "plan", "lock", "build", "pull", "smoke", "base")
+COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "base")
 
 
 def _paths(args) -> tuple[Path | None, Path, Path | None]:
@@ -61,9 +61,16 @@ def cmd_plan(args) -> int:
     _, lock_dir, wheels = _paths(args)
     plan = make_plan(cat, args.target, model=args.model, lock_dir=lock_dir, wheels=wheels,
                      repository=args.registry or "imgbuild")
+    findings = []
+    if not args.no_checks:
+        from .deps import check_deps
+
+        findings = check_deps(cat, plan.target, model=plan.model, lock_dir=lock_dir)
+    rc = EXIT_FAILED if findings else EXIT_OK
     if args.json:
-        ui.print_json(plan.to_dict())
-        return EXIT_OK
+        ui.print_json(plan.to_dict() | {"checks": None if args.no_checks else {
+            "ok": not findings, "findings": [f.to_dict() for f in findings]}})
+        return rc
     rows = [
         ("target", f"{plan.target}  ({plan.description[:70]})"),
         ("engine", f"{plan.engine} {plan.engine_version}"),
@@ -85,8 +92,17 @@ def cmd_plan(args) -> int:
         ("content key", plan.content_key),
         ("tags", "\n".join(plan.refs)),
     ]
+    rows.append(("dependency check", "skipped (--no-checks)" if args.no_checks else
+                 "ok: every symbol the engines use exists in the locked versions" if not findings
+                 else f"{len(findings)} finding(s): see below"))
     ui.kv(f"plan for {plan.target}", rows)
-    return EXIT_OK
+    if findings:
+        from . import drift
+
+        c = ui.console()
+        for line in drift.explain(findings):
+            c.out(line, highlight=False)
+    return rc
 
 
 def cmd_lock(args) -> int:
@@ -143,6 +159,30 @@ def cmd_lock(args) -> int:
                 mark = "[green]needed[/]   " if ov["needed"] else "[yellow]removable[/]"
                 c.print(f"    override {mark} {ov['requirement']}: {ov['effect']}")
     return EXIT_FAILED if stale else EXIT_OK
+
+
+def cmd_check_deps(args) -> int:
+    from . import drift
+    from .deps import check_deps
+    from .plan import make_plan
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    plan = make_plan(cat, args.target, model=args.model, lock_dir=lock_dir, wheels=wheels)
+    findings = check_deps(cat, args.target, model=plan.model, lock_dir=lock_dir)
+    if args.json:
+        ui.print_json({"target": plan.target, "model": plan.model, "lock": plan.lock_path,
+                       "ok": not findings, "findings": [f.to_dict() for f in findings]})
+        return EXIT_FAILED if findings else EXIT_OK
+    if findings:
+        c = ui.console()
+        for line in drift.explain(findings):
+            c.out(line, highlight=False)
+        return EXIT_FAILED
+    ui.console().print(f"[green]ok[/]: {plan.target} ({plan.lock_path}): every symbol the locked "
+                       f"engines use and every format {plan.model or 'the smoke model'} declares "
+                       "exists in the locked versions")
+    return EXIT_OK
 
 
 def cmd_build(args) -> int:
@@ -249,6 +289,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("target")
     s.add_argument("--model")
     s.add_argument("--registry", help="repository the tags are for, e.g. 127.0.0.1:5000/imgbuild")
+    s.add_argument("--no-checks", action="store_true",
+                   help="skip the dependency (API drift) check, which reads locked wheels")
     s.set_defaults(func=cmd_plan)
     s = sub.add_parser("lock", parents=[common], help="resolve and write lockfiles")
     s.add_argument("targets", nargs="*")
@@ -256,6 +298,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--check", action="store_true", help="exit 1 with the diff if a lock is stale")
     s.add_argument("--refresh", action="store_true", help="re-resolve even if inputs match")
     s.set_defaults(func=cmd_lock)
+    s = sub.add_parser("check-deps", parents=[common],
+                       help="API drift: what the locked engine uses exists in its locked deps")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.set_defaults(func=cmd_check_deps)
     s = sub.add_parser("build", parents=[common], help="plan, lock, build, smoke, tag (and push)")
     s.add_argument("target")
     s.add_argument("--model")

@@ -63,6 +63,14 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
                      repository=repo.name)
     lock = read_lock(lock_dir / Path(plan.lock_path).name)
+    from . import drift
+    from .deps import check_deps
+
+    # Before anything is built: a symbol the engine uses that its locked dependency lacks
+    # would fail at model load, after the download.
+    err = drift.as_error(check_deps(cat, target, model=plan.model, lock_dir=lock_dir, lock=lock))
+    if err is not None:
+        raise err
     img = None
     action = "built"
     result = None
