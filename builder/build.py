@@ -128,7 +128,7 @@ class BuildResult:
 
 
 def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
-                 console=None, log_path: Path | None = None) -> BuildResult:
+                 console=None, log_path: Path | None = None, no_cache: bool = False) -> BuildResult:
     """Run `docker build`; show the current step; on failure raise with that step's log tail."""
     from rich.console import Console
 
@@ -137,7 +137,7 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
             "--label", f"io.imgbuild.content-key={plan.content_key}",
-            *secrets.args(), str(context)]
+            *secrets.args(), *(["--no-cache"] if no_cache else []), str(context)]
     d = cli()
     env = dict(os.environ)
     if d.buildkit_env:

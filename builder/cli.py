@@ -195,7 +195,8 @@ def cmd_build(args) -> int:
     out = build_target(cat, args.target, model=args.model, registry_name=args.registry,
                        push=args.push, rebuild=args.rebuild, wheels=wheels, lock_dir=lock_dir,
                        run_smoke=not args.no_smoke, console=c, log=log,
-                       log_dir=Path(args.log_dir) if args.log_dir else None)
+                       log_dir=Path(args.log_dir) if args.log_dir else None,
+                       no_cache=args.no_cache)
     if args.json:
         ui.print_json(out.to_dict())
         return EXIT_OK
@@ -310,6 +311,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--push", action="store_true")
     s.add_argument("--rebuild", action="store_true", help="build even if the content tag exists")
     s.add_argument("--no-smoke", action="store_true", help="skip the smoke test (tags still move)")
+    s.add_argument("--no-cache", action="store_true",
+                   help="run every build step again (BuildKit's layer cache unused; uv's kept)")
     s.add_argument("--log-dir", help="keep the full build log here")
     s.set_defaults(func=cmd_build)
     s = sub.add_parser("pull", parents=[common], help="pull the prebuilt image for a target")

@@ -53,7 +53,7 @@ def _repo(name: str | None, push: bool) -> registry.Repository:
 def build_target(cat: Catalog, target: str, *, model: str | None, registry_name: str | None,
                  push: bool, rebuild: bool, wheels: Path | None, lock_dir: Path,
                  run_smoke: bool = True, console=None, log=print,
-                 log_dir: Path | None = None) -> Outcome:
+                 log_dir: Path | None = None, no_cache: bool = False) -> Outcome:
     from docker.errors import ImageNotFound
 
     start = time.monotonic()
@@ -104,7 +104,8 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
             flags = build_mod.index_flags(plan, bool(carried))
             log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
             result = build_mod.docker_build(plan, ctx, secrets=build_mod.Secrets.from_host(),
-                                            flags=flags, console=console, log_path=log_path)
+                                            flags=flags, console=console, log_path=log_path,
+                                            no_cache=no_cache)
         img = client.images.get(plan.ref())
         if run_smoke and plan.smoke_model:
             report = smoke.run(plan.ref())

@@ -22,11 +22,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +51,36 @@ KEY_DISTRIBUTIONS = (
 class SchemeDef:
     """How a smoke scheme maps onto compressed-tensors presets.
 
-    groups: (preset name, targets) per config group; one group gives a single top-level format,
-    several give `mixed-precision` (e.g. FP8 attention + NVFP4 MLP, the case SGLang 0.5.8-0.5.16
-    mishandles), which is why this is a table and not a string.
+    groups: (preset name, targets) per config group. One group gives a single top-level format;
+    several give `mixed-precision` (FP8 attention + NVFP4 MLP is the case SGLang 0.5.8-0.5.16
+    mishandles), which is why this is a table and not a string. Targets are module class names
+    or `re:` patterns matched against module names, as in compressed-tensors.
     """
 
     groups: tuple[tuple[str, tuple[str, ...]], ...]
     format: str  # the expected top-level quantization_config.format
-    activations: bool  # W4A4: static input_global_scale, so calibration data is required
 
+    @property
+    def activations(self) -> bool:
+        """Some group quantizes activations (static NVFP4 input_global_scale needs calibration)."""
+        return any(preset in ACTIVATION_PRESETS for preset, _ in self.groups)
+
+
+# Presets that quantize activations; NVFP4 (W4A4) also has a static per-tensor input scale.
+ACTIVATION_PRESETS = ("NVFP4", "FP8", "FP8_DYNAMIC")
 
 SCHEMES: dict[str, SchemeDef] = {
-    "NVFP4": SchemeDef(groups=(("NVFP4", ("Linear",)),), format="nvfp4-pack-quantized", activations=True),
-    "NVFP4A16": SchemeDef(
-        groups=(("NVFP4A16", ("Linear",)),), format="nvfp4-pack-quantized", activations=False
+    # W4A4: weights and activations in NVFP4, the scheme Blackwell serves natively.
+    "NVFP4": SchemeDef(groups=(("NVFP4", ("Linear",)),), format="nvfp4-pack-quantized"),
+    # W4A16: NVFP4 weights only (no input_global_scale, no calibration).
+    "NVFP4A16": SchemeDef(groups=(("NVFP4A16", ("Linear",)),), format="nvfp4-pack-quantized"),
+    # Two config groups, top-level format `mixed-precision`.
+    "FP8-ATTN+NVFP4-MLP": SchemeDef(
+        groups=(
+            ("FP8_DYNAMIC", (r"re:.*self_attn\.(q|k|v|o)_proj$",)),
+            ("NVFP4", (r"re:.*mlp\.(gate|up|down)_proj$",)),
+        ),
+        format="mixed-precision",
     ),
 }
 
@@ -134,35 +151,51 @@ class SmokeModelSpec:
     calibration_samples: int = 16
     calibration_seq_len: int = 64
     generate_tokens: int = 8
-    # Tolerances for the image, measured on this model (bf16, CPU): switching attention from
-    # sdpa to eager moves weights-only logits (activation QDQ off) by <= 0.01 and W4A4 logits by
-    # up to 0.2 (relative error 0.14): rounding activations to FP4 turns last-bit bf16
-    # differences into whole FP4 steps. Negating 0.1% of one layer's weights moves weights-only
-    # logits by 0.04-0.05, a corrupted input_global_scale (x10) W4A4 logits by 0.8 relative.
-    logits_atol: float = 0.03  # weights-only logits, max abs diff; greedy checked where decisive
-    w4a4_rel_tol: float = 0.5  # as-loaded W4A4 logits, relative (Frobenius) error
+    # Tolerances for the image, measured on this model (bf16, CPU). Weights-only logits
+    # (activation QDQ off): sdpa -> eager attention moves them by <= 0.01; transformers 4.57.6 +
+    # compressed-tensors 0.17.0 (decompressed weights one bf16 ulp off) by 0.014, decode by 0.017;
+    # negating 1% of one layer's weights by ~0.1. As-loaded W4A4 logits are chaotic: rounding
+    # activations to FP4 turns last-bit bf16 differences into whole FP4 steps, so eager moves
+    # them by 0.14 relative, the older stack by 0.21, a x10 input_global_scale by 0.8.
+    logits_atol: float = 0.04  # weights-only logits, max abs diff; greedy checked where decisive
+    as_loaded_rel_tol: float = 0.5  # as-loaded logits, relative (Frobenius) error
     # Decompressed weights may differ by at most one bf16 ulp (rounding order), see payload.
     weight_rtol: float = 2.0**-7
     # Which decompressed weights the reference records: one attention, one MLP projection.
-    reference_layers: tuple[str, ...] = field(
-        default=("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj")
+    reference_layers: tuple[str, ...] = (
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.1.mlp.down_proj",
     )
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"scheme {self.scheme!r} is not one of {sorted(SCHEMES)}")
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
-            raise ValueError(f"name {self.name!r} must be non-empty and use only letters, digits, '-', '_', '.'")
+            raise ValueError(
+                f"name {self.name!r} must be non-empty and use only letters, digits, '-', '_', '.'"
+            )
         # NVFP4 groups 16 input features per scale and packs 2 per byte.
         for attr in ("hidden_size", "intermediate_size"):
             if getattr(self, attr) % 16:
-                raise ValueError(f"{attr}={getattr(self, attr)} must be a multiple of 16 (NVFP4 group size)")
+                raise ValueError(
+                    f"{attr}={getattr(self, attr)} must be a multiple of 16 (NVFP4 group size)"
+                )
         if (self.num_attention_heads * self.head_dim) % 16:
             raise ValueError("num_attention_heads * head_dim must be a multiple of 16")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        for layer in self.reference_layers:
+            m = re.fullmatch(
+                r"model\.layers\.(\d+)\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)", layer
+            )
+            if not m or int(m.group(1)) >= self.num_layers:
+                raise ValueError(
+                    f"reference layer {layer!r} is not a Linear of a {self.num_layers}-layer Qwen3"
+                )
         if self.vocab_size < 256 + len(SPECIAL_TOKENS):
-            raise ValueError("vocab_size must cover the 256 byte-level symbols and the special tokens")
+            raise ValueError(
+                "vocab_size must cover the 256 byte-level symbols and the special tokens"
+            )
 
     def key(self) -> str:
         """sha256 over the spec, the generator's format version, its fixed texts and the versions
@@ -212,7 +245,9 @@ def _train_tokenizer(spec: SmokeModelSpec) -> Any:
     )
     tok.train_from_iterator(CORPUS.splitlines(), trainer=trainer)
     if tok.get_vocab_size() > spec.vocab_size:
-        raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} tokens, the model {spec.vocab_size}")
+        raise RuntimeError(
+            f"tokenizer has {tok.get_vocab_size()} tokens, the model {spec.vocab_size}"
+        )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|endoftext|>",
@@ -299,29 +334,48 @@ def _linear_shapes(model: Any) -> dict[str, tuple[int, int]]:
     }
 
 
+def _matches(name: str, targets: tuple[str, ...]) -> bool:
+    # Class-name targets are "Linear" here: every Linear matches.
+    return any(t == "Linear" or (t.startswith("re:") and re.match(t[3:], name)) for t in targets)
+
+
+def nvfp4_linears(scheme: SchemeDef, linears: dict[str, tuple[int, int]]) -> dict[str, bool]:
+    """Linear name -> W4A4 (True) or W4A16 (False), for the Linears an NVFP4 group quantizes."""
+    out: dict[str, bool] = {}
+    for name in linears:
+        if name in IGNORE:
+            continue
+        for preset, targets in scheme.groups:
+            if preset.startswith("NVFP4") and _matches(name, targets):
+                out[name] = preset == "NVFP4"
+                break
+            if _matches(name, targets):  # first matching group wins, as in compressed-tensors
+                break
+    return out
+
+
 def check_nvfp4_layout(
     layout: dict[str, dict[str, Any]],
     linears: dict[str, tuple[int, int]],
-    activations: bool,
-    ignore: tuple[str, ...] = IGNORE,
+    nvfp4: dict[str, bool],
 ) -> list[str]:
-    """Problems with a checkpoint's NVFP4 tensors, per DESIGN.md: for each quantized Linear,
+    """Problems with a checkpoint's NVFP4 tensors, per DESIGN.md: for each NVFP4 Linear,
     weight_packed uint8 [out, in/2], weight_scale float8_e4m3fn [out, in/16],
-    weight_global_scale float32 [1], and input_global_scale float32 [1] for W4A4."""
+    weight_global_scale float32 [1], and input_global_scale float32 [1] for W4A4; no dense
+    weight. Ignored Linears (lm_head) stay dense bf16."""
     problems = []
     for name, (out, inp) in sorted(linears.items()):
-        if name in ignore:
-            want = {f"{name}.weight": {"dtype": "BF16", "shape": [out, inp]}}
-        else:
-            want = {
-                f"{name}.weight_packed": {"dtype": "U8", "shape": [out, inp // 2]},
-                f"{name}.weight_scale": {"dtype": "F8_E4M3", "shape": [out, inp // 16]},
-                f"{name}.weight_global_scale": {"dtype": "F32", "shape": [1]},
-            }
-            if activations:
+        want: dict[str, dict[str, Any]] = {}
+        if name in IGNORE:
+            want[f"{name}.weight"] = {"dtype": "BF16", "shape": [out, inp]}
+        elif name in nvfp4:
+            want[f"{name}.weight_packed"] = {"dtype": "U8", "shape": [out, inp // 2]}
+            want[f"{name}.weight_scale"] = {"dtype": "F8_E4M3", "shape": [out, inp // 16]}
+            want[f"{name}.weight_global_scale"] = {"dtype": "F32", "shape": [1]}
+            if nvfp4[name]:
                 want[f"{name}.input_global_scale"] = {"dtype": "F32", "shape": [1]}
             elif f"{name}.input_global_scale" in layout:
-                problems.append(f"{name}.input_global_scale present in a weight-only checkpoint")
+                problems.append(f"{name}.input_global_scale present in a weight-only layer")
             if f"{name}.weight" in layout:
                 problems.append(f"{name}.weight stored dense next to weight_packed")
         for tensor, expected in want.items():
@@ -354,8 +408,11 @@ def _record_reference(spec: SmokeModelSpec, out: Path, linears: dict[str, tuple[
     if activations:
         for i, prompt in enumerate(prompts):
             logits = payload.compute_logits(model, prompt["input_ids"])
-            tensors[f"logits_w4a4.{i}"] = logits.contiguous()
-            prompt.update(tensor_w4a4=f"logits_w4a4.{i}", greedy_next_w4a4=int(logits[-1].argmax()))
+            tensors[f"logits_as_loaded.{i}"] = logits.contiguous()
+            prompt.update(
+                tensor_as_loaded=f"logits_as_loaded.{i}",
+                greedy_next_as_loaded=int(logits[-1].argmax()),
+            )
     payload.set_activation_quantization(model, False)
     for i, prompt in enumerate(prompts):
         logits = payload.compute_logits(model, prompt["input_ids"])
@@ -373,8 +430,8 @@ def _record_reference(spec: SmokeModelSpec, out: Path, linears: dict[str, tuple[
             generate_margins=margins,
         )
         if activations:
-            prompt["w4a4_vs_weights_only"] = payload.relative_error(
-                tensors[f"logits_w4a4.{i}"], tensors[f"logits.{i}"]
+            prompt["as_loaded_vs_weights_only"] = payload.relative_error(
+                tensors[f"logits_as_loaded.{i}"], tensors[f"logits.{i}"]
             )
     del model
     gc.collect()
@@ -393,7 +450,7 @@ def _record_reference(spec: SmokeModelSpec, out: Path, linears: dict[str, tuple[
         "versions": library_versions(),
         "weight_rtol": spec.weight_rtol,
         "logits_atol": spec.logits_atol,
-        "w4a4_rel_tol": spec.w4a4_rel_tol,
+        "as_loaded_rel_tol": spec.as_loaded_rel_tol,
         "weights": weights,
         "prompts": prompts,
         "layout": payload.safetensors_layout(out),
@@ -401,7 +458,9 @@ def _record_reference(spec: SmokeModelSpec, out: Path, linears: dict[str, tuple[
         "files": payload.file_manifest(out),
     }
     # Written last: its presence (with matching key and files) marks a complete checkpoint.
-    (ref_dir / payload.REFERENCE_JSON).write_text(json.dumps(reference, indent=2, sort_keys=True) + "\n")
+    (ref_dir / payload.REFERENCE_JSON).write_text(
+        json.dumps(reference, indent=2, sort_keys=True) + "\n"
+    )
 
 
 def _prompt_ids(model_dir: Path) -> list[list[int]]:
@@ -436,10 +495,12 @@ def _build(spec: SmokeModelSpec, out: Path) -> None:
     fmt = (config.get("quantization_config") or {}).get("format")
     if fmt != scheme.format:
         raise RuntimeError(f"saved quantization format is {fmt!r}, expected {scheme.format!r}")
-    if scheme.format == "nvfp4-pack-quantized":
-        problems = check_nvfp4_layout(payload.safetensors_layout(out), linears, scheme.activations)
-        if problems:
-            raise RuntimeError("NVFP4 layout differs from DESIGN.md: " + "; ".join(problems[:5]))
+    nvfp4 = nvfp4_linears(scheme, linears)
+    if not nvfp4:
+        raise RuntimeError(f"scheme {spec.scheme} quantizes no Linear to NVFP4")
+    problems = check_nvfp4_layout(payload.safetensors_layout(out), linears, nvfp4)
+    if problems:
+        raise RuntimeError("NVFP4 layout differs from DESIGN.md: " + "; ".join(problems[:5]))
     _record_reference(spec, out, linears)
 
 
@@ -457,6 +518,8 @@ def generate(spec: SmokeModelSpec, out_dir: Path, *, overwrite: bool = False) ->
     absent or complete. Raises FileExistsError if out_dir exists (unless overwrite)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the hub
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # llmcompressor logs INFO (and "no accelerator" warnings) to stdout; read at its import.
+    os.environ.setdefault("LLM_COMPRESSOR_LOG_LEVEL", "ERROR")
     out_dir = Path(out_dir).absolute()
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; pass overwrite=True (CLI: --force) to replace it")
@@ -466,7 +529,9 @@ def generate(spec: SmokeModelSpec, out_dir: Path, *, overwrite: bool = False) ->
         _build(spec, tmp)
         _make_readable(tmp)
         if overwrite and out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent)
+            )
             os.replace(out_dir, old / "x")
             os.replace(tmp, out_dir)
             shutil.rmtree(old, ignore_errors=True)
@@ -561,7 +626,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     size = checkpoint_size(out)
-    print(f"{out}  ({size / 1e6:.2f} MB, key {spec.key()[:16]}, {time.perf_counter() - started:.1f}s)")
+    print(
+        f"{out}  ({size / 1e6:.2f} MB, key {spec.key()[:16]}, {time.perf_counter() - started:.1f}s)"
+    )
     return 0
 
 
