@@ -106,7 +106,9 @@ def cmd_plan(args) -> int:
 
 
 def cmd_lock(args) -> int:
-    from .lock import check_overrides, ensure_lock, read_lock, resolve_explained
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .lock import check_overrides, lock_many, read_lock, resolve_explained
     from .plan import lock_request
 
     cat = _catalog(args)
@@ -114,41 +116,56 @@ def cmd_lock(args) -> int:
     names = list(cat.targets) if args.all else args.targets
     if not names:
         raise InputError("name a target or pass --all", hint="see `imgbuild list`")
-    stale = []
-    out = []
-    for n in names:
-        req = lock_request(cat, cat.target(n))
-        path = lock_dir / req.filename()
-        if args.check:
-            fresh = resolve_explained(req, wheels)
+    reqs = [lock_request(cat, cat.target(n)) for n in names]
+    out: list[dict] = []
+    failed: list[Exception] = []
+    if args.check:
+        def fresh(r):
+            try:
+                return resolve_explained(r, wheels), None
+            except ImgbuildError as e:
+                return None, e
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(fresh, reqs))
+        for n, r, (body, err) in zip(names, reqs, results):
+            path = lock_dir / r.filename()
+            if err:
+                failed.append(err)
+                out.append({"target": n, "lock": str(path), "error": err.message})
+                continue
             current = read_lock(path).body if path.exists() else ""
-            if fresh != current:
-                stale.append(n)
-                diff = difflib.unified_diff(current.splitlines(), fresh.splitlines(),
-                                            f"{path} (committed)", f"{path} (resolved now)",
-                                            lineterm="", n=0)
-                pins = [d for d in diff if d.startswith(("+", "-")) and "==" in d or
-                        d.startswith(("---", "+++"))]
-                out.append({"target": n, "lock": str(path), "stale": True, "diff": pins})
+            diff = [d for d in difflib.unified_diff(
+                current.splitlines(), body.splitlines(), f"{path.name} (committed)",
+                f"{path.name} (resolved now)", lineterm="", n=0)
+                if d.startswith(("---", "+++")) or (d[:1] in "+-" and "==" in d)]
+            out.append({"target": n, "lock": str(path), "stale": body != current, "diff": diff})
+    else:
+        for n, r, (lock, written, err) in zip(names, reqs, lock_many(
+                reqs, lock_dir, wheels, refresh=args.refresh, jobs=args.jobs)):
+            if err:
+                failed.append(err)
+                out.append({"target": n, "lock": str(lock_dir / r.filename()), "error": err.message})
             else:
-                out.append({"target": n, "lock": str(path), "stale": False})
-        else:
-            lock, written = ensure_lock(req, lock_dir, wheels, refresh=args.refresh)
-            out.append({"target": n, "lock": str(lock.path), "written": written,
-                        "packages": len(lock.packages), "hash": lock.digest})
-        if req.overrides:
-            lock = read_lock(path)
-            reasons = {o.requirement: o.reason for o in cat.target(n).overrides}
-            out[-1]["overrides"] = [
+                out.append({"target": n, "lock": str(lock.path), "written": written,
+                            "packages": len(lock.packages), "hash": lock.digest})
+    for n, r, o in zip(names, reqs, out):
+        path = lock_dir / r.filename()
+        if r.overrides and "error" not in o and path.exists():
+            reasons = {ov.requirement: ov.reason for ov in cat.target(n).overrides}
+            o["overrides"] = [
                 {"requirement": st.requirement, "needed": st.needed, "effect": st.effect,
                  "reason": reasons.get(st.requirement, "")}
-                for st in check_overrides(req, wheels, lock)]
+                for st in check_overrides(r, wheels, read_lock(path))]
+    stale = [o["target"] for o in out if o.get("stale")]
     if args.json:
-        ui.print_json({"locks": out, "stale": stale})
+        ui.print_json({"locks": out, "stale": stale, "failed": [o["target"] for o in out if "error" in o]})
     else:
         c = ui.console()
         for o in out:
-            if args.check:
+            if "error" in o:
+                c.print(f"[red]failed[/]  {o['target']}  {o['error']}")
+            elif args.check:
                 c.print(f"{'[red]stale[/]' if o['stale'] else '[green]fresh[/]'}  {o['target']}  {o['lock']}")
                 for d in o.get("diff", []):
                     c.out("    " + d, highlight=False)
@@ -158,6 +175,10 @@ def cmd_lock(args) -> int:
             for ov in o.get("overrides", []):
                 mark = "[green]needed[/]   " if ov["needed"] else "[yellow]removable[/]"
                 c.print(f"    override {mark} {ov['requirement']}: {ov['effect']}")
+        for e in failed:
+            ui.print_error(e, False)
+    if failed:
+        return max(e.exit_code for e in failed)
     return EXIT_FAILED if stale else EXIT_OK
 
 
@@ -298,6 +319,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true")
     s.add_argument("--check", action="store_true", help="exit 1 with the diff if a lock is stale")
     s.add_argument("--refresh", action="store_true", help="re-resolve even if inputs match")
+    s.add_argument("--jobs", type=int, default=4, help="locks resolved at once (default 4)")
     s.set_defaults(func=cmd_lock)
     s = sub.add_parser("check-deps", parents=[common],
                        help="API drift: what the locked engine uses exists in its locked deps")

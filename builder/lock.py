@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -87,9 +88,18 @@ class Lockfile:
         return "".join(p.line() + "\n" for p in pkgs)
 
 
-@cache
+_UV_LOCK = threading.Lock()
+
+
 def uv_bin() -> str:
     """The uv binary (not a pyenv shim: we copy it into build contexts)."""
+    # sysconfig's first use (inside uv.find_uv_bin) is not thread-safe; locks resolve in threads.
+    with _UV_LOCK:
+        return _uv_bin()
+
+
+@cache
+def _uv_bin() -> str:
     try:
         import uv  # the PyPI package ships the binary
 
@@ -297,9 +307,25 @@ def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile) -> 
         return OverrideStatus(ov, True, f"without it: {shown}" +
                               (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
 
-    uv_bin()  # sysconfig's first use is not thread-safe; warm it before the pool
     with ThreadPoolExecutor(max_workers=4) as pool:
         return list(pool.map(one, req.overrides))
+
+
+def lock_many(reqs: list[LockRequest], lock_dir: Path, wheels: Path | None = None, *,
+              refresh: bool = False, jobs: int = 4) -> list[tuple[Lockfile | None, bool, Exception | None]]:
+    """ensure_lock for independent targets in parallel (uv spends most of its time waiting on
+    the network). Results come back in order; one target's failure does not stop the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(r: LockRequest):
+        try:
+            lock, written = ensure_lock(r, lock_dir, wheels, refresh=refresh)
+            return lock, written, None
+        except (ResolveError, LockError) as e:
+            return None, False, e
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, reqs))
 
 
 def resolve_explained(req: LockRequest, wheels: Path | None = None) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import base as base_mod
 from . import build as build_mod
-from . import dockerenv, registry, smoke
+from . import dockerenv, drift, registry, smoke
+from .deps import check_deps
 from .errors import InputError, JobFailed
 from .lock import read_lock
 from .plan import Plan, make_plan
@@ -58,19 +59,16 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
 
     start = time.monotonic()
     repo = _repo(registry_name, push)
-    client = dockerenv.client()
-    registry.check_reachable(repo)
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
                      repository=repo.name)
     lock = read_lock(lock_dir / Path(plan.lock_path).name)
-    from . import drift
-    from .deps import check_deps
-
     # Before anything is built: a symbol the engine uses that its locked dependency lacks
-    # would fail at model load, after the download.
+    # would fail at model load, after the download. Needs no Docker, so it comes first.
     err = drift.as_error(check_deps(cat, target, model=plan.model, lock_dir=lock_dir, lock=lock))
     if err is not None:
         raise err
+    client = dockerenv.client()
+    registry.check_reachable(repo)
     img = None
     action = "built"
     result = None
