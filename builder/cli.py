@@ -27,6 +27,14 @@ def _paths(args) -> tuple[Path | None, Path, Path | None]:
     return images, lock_dir, Path(wheels) if wheels else None
 
 
+def _archs(args, cat) -> tuple[str, ...] | None:
+    """--arch B200 --arch 'RTX PRO 6000' or --arch sm100,12.0 -> ("sm100", "sm120")."""
+    from .archs import parse_arch
+
+    given = [a for v in (getattr(args, "arch", None) or []) for a in v.split(",") if a.strip()]
+    return tuple(parse_arch(a, cat) for a in given) or None
+
+
 def _catalog(args):
     from .spec import load_catalog
 
@@ -39,15 +47,15 @@ def cmd_list(args) -> int:
     if args.json:
         ui.print_json({
             "targets": {n: {"engine": f"{t.engine}=={t.engine_version}", "archs": list(t.archs),
-                            "base": t.base, "description": t.description}
+                            "os": t.os, "flavor": t.flavor, "description": t.description}
                         for n, t in cat.targets.items()},
             "models": {a: {"name": m.name, "checkpoint": m.checkpoint, "size_gb": m.size_gb,
                            "tensor_parallel": m.tensor_parallel}
                        for a, m in cat.models.items()}})
         return EXIT_OK
-    ui.table("targets", ["target", "engine", "archs", "base", "description"],
-             [[n, f"{t.engine} {t.engine_version}", " ".join(t.archs), t.base,
-               t.description[:60]] for n, t in cat.targets.items()])
+    ui.table("targets", ["target", "engine", "archs", "os", "flavor"],
+             [[n, f"{t.engine} {t.engine_version}", " ".join(t.archs), t.os, t.flavor]
+              for n, t in cat.targets.items()])
     ui.table("model profiles", ["model", "name", "checkpoint", "size", "TP", "quantization"],
              [[a, m.name, m.checkpoint, f"{m.size_gb:g} GB", m.tensor_parallel,
                m.quant_summary] for a, m in cat.models.items()])
@@ -60,7 +68,8 @@ def cmd_plan(args) -> int:
     cat = _catalog(args)
     _, lock_dir, wheels = _paths(args)
     plan = make_plan(cat, args.target, model=args.model, lock_dir=lock_dir, wheels=wheels,
-                     repository=args.registry or "imgbuild")
+                     repository=args.registry or "imgbuild", archs=_archs(args, cat),
+                     flavor=args.flavor)
     findings = []
     if not args.no_checks:
         from .deps import check_deps
@@ -78,7 +87,9 @@ def cmd_plan(args) -> int:
          if plan.model else "none"),
         ("archs", ", ".join(plan.archs)),
         ("CUDA", plan.cuda or "none (CPU)"),
-        ("base", f"{plan.base_image}  [{plan.base}, {plan.base_os}, {plan.flavor}]"),
+        ("driver", f"≥ {plan.min_driver}" if plan.min_driver else "none (CPU)"),
+        ("base", f"{plan.base_image}  [{plan.flavor}, {plan.base_os}]"),
+        ("why", "\n".join(plan.selection)),
         ("python", plan.python),
         ("platform", plan.platform_tag),
         ("lock", f"{plan.lock_path}  ({plan.lock_packages} packages, {plan.lock_hash[:19]}…)"),
@@ -214,6 +225,7 @@ def cmd_build(args) -> int:
     c = ui.console()
     log = (lambda *a: None) if args.json else (lambda m: c.print(m, highlight=False))
     out = build_target(cat, args.target, model=args.model, registry_name=args.registry,
+                       archs=_archs(args, cat), flavor=args.flavor,
                        push=args.push, rebuild=args.rebuild, wheels=wheels, lock_dir=lock_dir,
                        run_smoke=not args.no_smoke, console=c, log=log,
                        log_dir=Path(args.log_dir) if args.log_dir else None,
@@ -242,7 +254,8 @@ def cmd_pull(args) -> int:
     cat = _catalog(args)
     _, lock_dir, wheels = _paths(args)
     out = pull_target(cat, args.target, model=args.model, registry_name=args.registry,
-                      lock_dir=lock_dir, wheels=wheels)
+                      lock_dir=lock_dir, wheels=wheels, archs=_archs(args, cat),
+                      flavor=args.flavor)
     if args.json:
         ui.print_json(out.to_dict())
     else:
@@ -301,13 +314,20 @@ def parser() -> argparse.ArgumentParser:
                         default=os.environ.get("IMGBUILD_LOCKFILES"))
     common.add_argument("--wheels", help="a local wheel directory that stands in for extra "
                         "indexes (env IMGBUILD_WHEELS)")
+    select = argparse.ArgumentParser(add_help=False)
+    select.add_argument("--arch", action="append", metavar="ARCH",
+                        help="GPU archs instead of the target's: sm100, 10.0, B200, 'RTX PRO 6000' "
+                             "(repeat or comma-separate)")
+    select.add_argument("--flavor", choices=("devel", "slim"),
+                        help="devel: nvidia/cuda cudnn-devel base; slim: plain OS base, CUDA "
+                             "from the torch wheels")
     p = argparse.ArgumentParser(
         prog="imgbuild", description="Build, smoke-test and publish LLM serving images. "
         "`imgbuild TARGET ...` is `imgbuild build TARGET ...`.")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", parents=[common], help="targets and model profiles")
     s.set_defaults(func=cmd_list)
-    s = sub.add_parser("plan", parents=[common], help="the Plan for a target (locks if needed)")
+    s = sub.add_parser("plan", parents=[common, select], help="the Plan for a target (locks if needed)")
     s.add_argument("target")
     s.add_argument("--model")
     s.add_argument("--registry", help="repository the tags are for, e.g. 127.0.0.1:5000/imgbuild")
@@ -326,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("target")
     s.add_argument("--model")
     s.set_defaults(func=cmd_check_deps)
-    s = sub.add_parser("build", parents=[common], help="plan, lock, build, smoke, tag (and push)")
+    s = sub.add_parser("build", parents=[common, select], help="plan, lock, build, smoke, tag (and push)")
     s.add_argument("target")
     s.add_argument("--model")
     s.add_argument("--registry")
@@ -337,7 +357,7 @@ def parser() -> argparse.ArgumentParser:
                    help="run every build step again (BuildKit's layer cache unused; uv's kept)")
     s.add_argument("--log-dir", help="keep the full build log here")
     s.set_defaults(func=cmd_build)
-    s = sub.add_parser("pull", parents=[common], help="pull the prebuilt image for a target")
+    s = sub.add_parser("pull", parents=[common, select], help="pull the prebuilt image for a target")
     s.add_argument("target")
     s.add_argument("--model")
     s.add_argument("--registry", required=True)

@@ -52,6 +52,7 @@ def _repo(name: str | None, push: bool) -> registry.Repository:
 
 
 def build_target(cat: Catalog, target: str, *, model: str | None, registry_name: str | None,
+                 archs: tuple[str, ...] | None = None, flavor: str | None = None,
                  push: bool, rebuild: bool, wheels: Path | None, lock_dir: Path,
                  run_smoke: bool = True, console=None, log=print,
                  log_dir: Path | None = None, no_cache: bool = False) -> Outcome:
@@ -60,7 +61,7 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
     start = time.monotonic()
     repo = _repo(registry_name, push)
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
-                     repository=repo.name)
+                     repository=repo.name, archs=archs, flavor=flavor)
     lock = read_lock(lock_dir / Path(plan.lock_path).name)
     # Before anything is built: a symbol the engine uses that its locked dependency lacks
     # would fail at model load, after the download. Needs no Docker, so it comes first.
@@ -86,7 +87,9 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
             action = "pulled"
             log(f"{plan.ref()} found in the registry: pulled instead of building")
     if img is None:
-        base_mod.ensure_local(client, cat.base(plan.base), repo if repo.host else None)
+        os_base = cat.base(plan.base)
+        if plan.base_image == os_base.image:  # a devel image's nvidia/cuda base is pulled as usual
+            base_mod.ensure_local(client, os_base, repo if repo.host else None)
         smoke_dir = None
         if plan.smoke_model:
             from .plan import smoke_model_spec
@@ -172,12 +175,13 @@ class PullOutcome:
 
 
 def pull_target(cat: Catalog, target: str, *, model: str | None, registry_name: str,
-                lock_dir: Path, wheels: Path | None) -> PullOutcome:
+                lock_dir: Path, wheels: Path | None, archs: tuple[str, ...] | None = None,
+                flavor: str | None = None) -> PullOutcome:
     repo = _repo(registry_name, True)
     client = dockerenv.client()
     registry.check_reachable(repo)
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
-                     repository=repo.name)
+                     repository=repo.name, archs=archs, flavor=flavor)
     want = registry.manifest_digest(repo, plan.content_tag)
     if want is None:
         raise JobFailed(f"no image for {plan.target} in {repo.name}",

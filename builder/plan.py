@@ -30,12 +30,15 @@ class Plan:
     model: str | None
     model_name: str | None
     checkpoint: str | None
+    model_size_gb: float | None
     tensor_parallel: int | None
     serve_flags: tuple[str, ...]
     archs: tuple[str, ...]
     cpu_arch: str
     cuda: str | None
-    base: str
+    min_driver: str | None
+    selection: tuple[str, ...]  # why this CUDA and base: the reasoning `plan` shows
+    base: str  # the OS key in images/bases.yaml
     base_image: str
     base_os: str
     flavor: str
@@ -81,7 +84,7 @@ def uv_platform(cpu_arch: str, glibc: str) -> str:
 
 
 def lock_request(cat: Catalog, target: Target) -> LockRequest:
-    base = cat.base(target.base)
+    base = cat.base(target.os)
     python = target.python or base.python
     reqs = (target.engine_requirement,) + target.requirements
     return LockRequest(
@@ -111,12 +114,21 @@ def _smoke_key(cat: Catalog, target: Target) -> str | None:
 
 def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
               lock_dir: Path, wheels: Path | None = None, repository: str = "imgbuild",
-              resolve: bool = True) -> Plan:
-    """Compute the Plan. Resolves (and writes) the lock only when it is missing or stale."""
+              resolve: bool = True, archs: tuple[str, ...] | None = None,
+              flavor: str | None = None) -> Plan:
+    """Compute the Plan. Resolves (and writes) the lock only when it is missing or stale.
+
+    archs / flavor override the target's (`--arch`, `--flavor`); the lock does not depend on
+    either, only the CUDA base and the labels do.
+    """
+    from .select import select
+
     target = cat.target(target_name)
     model = model or target.default_model
     profile: ModelProfile | None = cat.model(model) if model else None
-    base = cat.base(target.base)
+    base = cat.base(target.os)
+    archs = tuple(dict.fromkeys(archs)) if archs else target.archs
+    flavor = flavor or target.flavor
     python = target.python or base.python
     if python != base.python and not base.python_packages:
         raise InputError(
@@ -129,6 +141,7 @@ def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
         lock, _ = ensure_lock(req, lock_dir, wheels)
     else:
         lock = read_lock(lock_dir / req.filename())
+    sel = select(cat, target, archs=archs, flavor=flavor, lock=lock, model=profile)
     serve_flags: tuple[str, ...] = ()
     if profile is not None:
         serve_flags = profile.engine_flags.get(target.engine, ())
@@ -137,10 +150,11 @@ def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
         engine_version=target.engine_version, model=model,
         model_name=profile.name if profile else None,
         checkpoint=profile.checkpoint if profile else None,
+        model_size_gb=profile.size_gb if profile else None,
         tensor_parallel=profile.tensor_parallel if profile else None, serve_flags=serve_flags,
-        archs=target.archs, cpu_arch=target.cpu_arch, cuda=base.cuda, base=base.key,
-        base_image=base.image, base_os=base.os, flavor=base.flavor, python=python,
-        python_packages=base.python_packages if python != "system" else (),
+        archs=archs, cpu_arch=target.cpu_arch, cuda=sel.cuda, min_driver=sel.min_driver,
+        selection=sel.reasoning, base=base.key, base_image=sel.base_image, base_os=base.name,
+        flavor=flavor, python=python, python_packages=base.python_packages,
         platform_tag=f"{base.manylinux}_{target.cpu_arch}", uv_platform=req.uv_platform,
         lock_path=_display_path(lock.path, lock_dir), lock_hash=lock.digest, lock_inputs=lock.inputs_hash,
         lock_packages=len(lock.packages),
@@ -163,12 +177,15 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
         f"{LABEL_NS}.engine": f"{draft.engine}=={draft.engine_version}",
         f"{LABEL_NS}.archs": ",".join(draft.archs),
         f"{LABEL_NS}.cuda": draft.cuda or "none",
+        f"{LABEL_NS}.driver-min": draft.min_driver or "none",
         f"{LABEL_NS}.flavor": draft.flavor,
         f"{LABEL_NS}.python": draft.python,
         f"{LABEL_NS}.platform": draft.platform_tag,
         f"{LABEL_NS}.lock.hash": draft.lock_hash,
         f"{LABEL_NS}.patches": ",".join(draft.patches) or "none",
         f"{LABEL_NS}.model": draft.model or "none",
+        f"{LABEL_NS}.model-size-gb": f"{draft.model_size_gb:g}" if draft.model_size_gb else "none",
+        f"{LABEL_NS}.tp": str(draft.tensor_parallel or "none"),
         f"{LABEL_NS}.smoke-model": draft.smoke_model_key or "none",
     }
     with_labels = replace(draft, labels=tuple(sorted(labels.items())))

@@ -54,7 +54,8 @@ class Target:
     engine: str
     engine_version: str
     archs: tuple[str, ...]
-    base: str
+    os: str
+    flavor: str = "devel"  # devel | slim (see images/bases.yaml)
     cpu_arch: str = "x86_64"
     python: str | None = None
     requirements: tuple[str, ...] = ()
@@ -86,28 +87,89 @@ class ModelProfile:
     # Made by builder/smokemodel.py rather than downloaded: its scheme and seed.
     generator_scheme: str | None = None
     generator_seed: int = 0
+    activations: str | None = None  # what the quantized layers compute in: fp4 (w4a4), fp8, bf16
 
     @property
     def generated(self) -> bool:
         return self.generator_scheme is not None
 
+    @property
+    def w4a4_nvfp4(self) -> bool:
+        """Needs FP4 tensor cores (sm100/sm120 families): NVFP4 weights and activations."""
+        return "nvfp4-pack-quantized" in self.quant_formats and self.activations == "fp4"
+
 
 @dataclass(frozen=True)
 class Base:
+    """An OS base: what slim images build on and what devel images' nvidia/cuda tags sit on."""
+
     key: str
     image: str
-    os: str
+    name: str
     glibc: str
     python: str
-    cuda: str | None = None
-    flavor: str = "os"
-    python_packages: tuple[str, ...] = ()  # Debian/Ubuntu packages that provide python
+    python_packages: tuple[str, ...] = ()  # OS packages that provide python
     bootstrap: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     @property
     def manylinux(self) -> str:
         major, minor = self.glibc.split(".")
         return f"manylinux_{major}_{minor}"
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    cuda: str  # "13.0"
+    tag_version: str  # "13.0.0"
+    os: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CudaImages:
+    repository: str
+    kinds: tuple[str, ...]
+    releases: tuple[CudaRelease, ...]
+    digests: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    def tag(self, cuda: str, kind: str, os: str) -> str | None:
+        rel = next((r for r in self.releases if r.cuda == cuda and os in r.os), None)
+        if rel is None or kind not in self.kinds:
+            return None
+        return f"{self.repository}:{rel.tag_version}-{kind}-{os}"
+
+
+@dataclass(frozen=True)
+class CudaInfo:
+    version: str
+    min_driver: str
+    adds: tuple[str, ...]
+    drops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    versions: str  # a PEP 440 specifier set over torch versions
+    pypi_cuda: str
+    variants: tuple[str, ...]
+    sass: dict[str, tuple[str, ...]] = field(hash=False, compare=False)
+    measured: bool = False
+
+
+@dataclass(frozen=True)
+class Gpu:
+    names: tuple[str, ...]
+    sm: str
+    generation: str
+    memory_gb: float
+    cpu_arch: str = "x86_64"
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    sm: str
+    capability: str
+    w4a4_nvfp4: bool
+    fp8: bool
 
 
 # --- a small validator: each helper checks one key and says what was expected -------------
@@ -201,8 +263,9 @@ def _requirement(doc: _Doc, key: str, text: str) -> Requirement:
 
 # --- targets -------------------------------------------------------------------------------
 
-TARGET_KEYS = {"description", "engine", "archs", "python", "base", "cpu_arch", "requirements",
-               "overrides", "patches", "indexes", "smoke", "model"}
+TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "cpu_arch",
+               "requirements", "overrides", "patches", "indexes", "smoke", "model"}
+FLAVORS = ("devel", "slim")
 
 
 def parse_target(name: str, data: Any, path: str) -> Target:
@@ -253,9 +316,12 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     smoke = doc.get("smoke", dict, {})
     sd = doc.sub("smoke", smoke)
     sd.reject_unknown({"model"})
+    flavor = doc.get("flavor", str, "slim" if archs == ("cpu",) else "devel")
+    if flavor not in FLAVORS:
+        raise SpecError(path, "flavor", "one of " + ", ".join(FLAVORS), flavor)
     return Target(
         name=name, path=path, description=doc.get("description", str, ""),
-        engine=engine, engine_version=version, archs=archs, base=doc.get("base", str),
+        engine=engine, engine_version=version, archs=archs, os=doc.get("os", str), flavor=flavor,
         cpu_arch=cpu_arch, python=python, requirements=reqs, overrides=tuple(overrides),
         patches=doc.str_list("patches"), indexes=tuple(indexes),
         smoke_model=sd.get("model", str, None), default_model=doc.get("model", str, None),
@@ -272,7 +338,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
     doc = _Doc(path, data)
     doc.reject_unknown(MODEL_KEYS)
     q = doc.sub("quantization", doc.get("quantization", dict, {}))
-    q.reject_unknown({"method", "formats", "summary"})
+    q.reject_unknown({"method", "formats", "summary", "activations"})
     tp = doc.get("tensor_parallel", int, 1)
     if tp < 1:
         raise SpecError(path, "tensor_parallel", "an integer >= 1", tp)
@@ -291,6 +357,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
         alias=alias, path=path, name=doc.get("name", str), checkpoint=doc.get("checkpoint", str),
         size_gb=size, quant_method=q.get("method", str, None),
         quant_formats=q.str_list("formats"), quant_summary=q.get("summary", str, ""),
+        activations=q.get("activations", str, None),
         tensor_parallel=tp, gpus=doc.get("gpus", str, None),
         architecture=doc.get("architecture", str, None), engine_flags=flags,
         generator_scheme=gen.get("scheme", str, None), generator_seed=gen.get("seed", int, 0),
@@ -299,29 +366,87 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
 
 # --- base catalog --------------------------------------------------------------------------
 
-BASE_KEYS = {"image", "os", "glibc", "python", "cuda", "flavor", "python_packages", "bootstrap"}
+OS_KEYS = {"image", "name", "glibc", "python", "python_packages", "bootstrap"}
 
 
-def parse_bases(data: Any, path: str) -> dict[str, Base]:
+def parse_bases(data: Any, path: str) -> tuple[dict[str, Base], CudaImages]:
     doc = _Doc(path, data)
-    doc.reject_unknown({"bases"})
+    doc.reject_unknown({"os", "cuda_images"})
     out = {}
-    for key, entry in doc.get("bases", dict).items():
-        bd = doc.sub(f"bases.{key}", entry)
-        bd.reject_unknown(BASE_KEYS)
+    for key, entry in doc.get("os", dict).items():
+        bd = doc.sub(f"os.{key}", entry)
+        bd.reject_unknown(OS_KEYS)
         glibc = bd.get("glibc", str, what="a glibc version in quotes, e.g. '2.36'")
         if not re.match(r"^2\.\d+$", glibc):
             raise SpecError(path, bd.key("glibc"), "a glibc version such as '2.36'", glibc)
-        flavor = bd.get("flavor", str, "os")
-        if flavor not in ("os", "runtime", "devel"):
-            raise SpecError(path, bd.key("flavor"), "one of os, runtime, devel", flavor)
         out[key] = Base(
-            key=key, image=bd.get("image", str), os=bd.get("os", str), glibc=glibc,
-            python=bd.get("python", str), cuda=bd.get("cuda", str, None), flavor=flavor,
-            python_packages=bd.str_list("python_packages"),
+            key=key, image=bd.get("image", str), name=bd.get("name", str), glibc=glibc,
+            python=bd.get("python", str), python_packages=bd.str_list("python_packages"),
             bootstrap=bd.get("bootstrap", dict, None),
         )
-    return out
+    cd = doc.sub("cuda_images", doc.get("cuda_images", dict))
+    cd.reject_unknown({"repository", "kinds", "releases", "digests"})
+    releases = []
+    for i, r in enumerate(cd.get("releases", list)):
+        rd = cd.sub(f"releases[{i}]", r)
+        rd.reject_unknown({"cuda", "tag_version", "os"})
+        oss = rd.str_list("os")
+        for o in oss:
+            if o not in out:
+                raise SpecError(path, rd.key("os"), "OS keys from `os:` above", o)
+        releases.append(CudaRelease(rd.get("cuda", str), rd.get("tag_version", str), oss))
+    images = CudaImages(cd.get("repository", str), cd.str_list("kinds"), tuple(releases),
+                        dict(cd.get("digests", dict, {})))
+    return out, images
+
+
+def parse_gpus(data: Any, path: str) -> tuple[tuple[Gpu, ...], dict[str, ArchInfo]]:
+    doc = _Doc(path, data)
+    doc.reject_unknown({"gpus", "archs"})
+    archs = {}
+    for sm, entry in doc.get("archs", dict).items():
+        ad = doc.sub(f"archs.{sm}", entry)
+        ad.reject_unknown({"capability", "w4a4_nvfp4", "fp8"})
+        archs[sm] = ArchInfo(sm, ad.get("capability", str), ad.get("w4a4_nvfp4", bool),
+                             ad.get("fp8", bool))
+    gpus = []
+    for i, g in enumerate(doc.get("gpus", list)):
+        gd = doc.sub(f"gpus[{i}]", g)
+        gd.reject_unknown({"names", "sm", "generation", "memory_gb", "cpu_arch"})
+        sm = gd.get("sm", str)
+        if sm not in archs:
+            raise SpecError(path, gd.key("sm"), "an arch listed under `archs:`", sm)
+        gpus.append(Gpu(gd.str_list("names", default=...), sm, gd.get("generation", str),
+                        gd.get("memory_gb", float), gd.get("cpu_arch", str, "x86_64")))
+    return tuple(gpus), archs
+
+
+def parse_cuda(data: Any, path: str) -> tuple[dict[str, CudaInfo], tuple[str, ...], tuple[TorchBuild, ...]]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    doc = _Doc(path, data)
+    doc.reject_unknown({"cuda", "base_archs", "torch"})
+    cuda = {}
+    for ver, entry in doc.get("cuda", dict).items():
+        cd = doc.sub(f"cuda.{ver}", entry)
+        cd.reject_unknown({"min_driver", "adds", "drops"})
+        cuda[str(ver)] = CudaInfo(str(ver), cd.get("min_driver", str), cd.str_list("adds"),
+                                  cd.str_list("drops"))
+    torch = []
+    for i, t in enumerate(doc.get("torch", list)):
+        td = doc.sub(f"torch[{i}]", t)
+        td.reject_unknown({"versions", "pypi_cuda", "variants", "sass", "measured"})
+        spec = td.get("versions", str)
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise SpecError(path, td.key("versions"), "a PEP 440 specifier such as '>=2.11,<2.15'",
+                            spec) from None
+        sd = td.sub("sass", td.get("sass", dict))
+        sass = {str(k): sd.str_list(k) for k in sd.data}
+        torch.append(TorchBuild(spec, td.get("pypi_cuda", str), td.str_list("variants"), sass,
+                                td.get("measured", bool, False)))
+    return cuda, doc.str_list("base_archs"), tuple(torch)
 
 
 # --- the catalog: everything under images/ --------------------------------------------------
@@ -332,6 +457,12 @@ class Catalog:
     targets: dict[str, Target] = field(hash=False)
     models: dict[str, ModelProfile] = field(hash=False)
     bases: dict[str, Base] = field(hash=False)
+    cuda_images: CudaImages | None = field(default=None, hash=False)
+    cuda: dict[str, CudaInfo] = field(default_factory=dict, hash=False)
+    base_archs: tuple[str, ...] = ()
+    torch: tuple[TorchBuild, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
+    archs: dict[str, ArchInfo] = field(default_factory=dict, hash=False)
 
     def target(self, name: str) -> Target:
         if name not in self.targets:
@@ -354,28 +485,41 @@ def _unknown(kind: str, name: str, known: dict, cmd: str) -> InputError:
     return InputError(f"unknown {kind} '{name}'", facts=facts, hint=hint)
 
 
+# Files under images/ that are catalog data, not targets.
+DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml"}
+
+
 def load_catalog(root: Path | None = None) -> Catalog:
     """Read and validate every file under images/. Cross-references are checked here too."""
     root = Path(root) if root else images_dir()
     if not root.is_dir():
         raise InputError(f"no images/ directory at {root}", hint="run imgbuild from a checkout")
     bases_path = root / "bases.yaml"
-    bases = parse_bases(_read_yaml(bases_path, root), _rel(bases_path, root))
+    bases, cuda_images = parse_bases(_read_yaml(bases_path, root), _rel(bases_path, root))
+    gpus, archs = parse_gpus(_read_yaml(root / "gpus.yaml", root), _rel(root / "gpus.yaml", root))
+    cuda, base_archs, torch = parse_cuda(_read_yaml(root / "cuda.yaml", root),
+                                         _rel(root / "cuda.yaml", root))
     models = {}
     for p in sorted((root / "models").glob("*.yaml")):
         models[p.stem] = parse_model(p.stem, _read_yaml(p, root), _rel(p, root))
     targets = {}
     for p in sorted(root.glob("*.yaml")):
-        if p.name == "bases.yaml":
+        if p.name in DATA_FILES:
             continue
         t = parse_target(p.stem, _read_yaml(p, root), _rel(p, root))
-        if t.base not in bases:
-            close = difflib.get_close_matches(t.base, list(bases), n=1)
-            raise SpecError(t.path, "base", "a base from images/bases.yaml: " + ", ".join(sorted(bases)),
-                            t.base, hint=f"did you mean '{close[0]}'?" if close else None)
+        if t.os not in bases:
+            close = difflib.get_close_matches(t.os, list(bases), n=1)
+            raise SpecError(t.path, "os", "an OS from images/bases.yaml: " + ", ".join(sorted(bases)),
+                            t.os, hint=f"did you mean '{close[0]}'?" if close else None)
+        for i, a in enumerate(t.archs):
+            if a != "cpu" and a not in archs:
+                raise SpecError(t.path, f"archs[{i}]", "an arch from images/gpus.yaml: "
+                                + ", ".join(archs), a)
         for k, ref in (("smoke.model", t.smoke_model), ("model", t.default_model)):
             if ref is not None and ref not in models:
                 raise SpecError(t.path, k, "a model profile under images/models/: "
                                 + ", ".join(sorted(models)), ref)
         targets[p.stem] = t
-    return Catalog(root=root, targets=targets, models=models, bases=bases)
+    return Catalog(root=root, targets=targets, models=models, bases=bases,
+                   cuda_images=cuda_images, cuda=cuda, base_archs=base_archs, torch=torch,
+                   gpus=gpus, archs=archs)

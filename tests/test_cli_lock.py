@@ -16,10 +16,11 @@ def fake_images(tmp_path):
     """A catalog with one target whose packages all live on a local index."""
     images = tmp_path / "images"
     (images / "models").mkdir(parents=True)
-    shutil.copy(ROOT / "images" / "bases.yaml", images)
+    for data in ("bases.yaml", "gpus.yaml", "cuda.yaml"):
+        shutil.copy(ROOT / "images" / data, images)
     shutil.copy(ROOT / "images" / "models" / "tiny-nvfp4.yaml", images / "models")
     (images / "fake.yaml").write_text(
-        "engine: {name: sglang, version: '0.5.23'}\narchs: [sm100]\nbase: debian-bookworm\n"
+        "engine: {name: sglang, version: '0.5.23'}\narchs: [sm100]\nos: debian-bookworm\n"
         "requirements: [ctensors]\n")
     return images
 
@@ -89,7 +90,7 @@ def test_check_deps_catches_the_real_nvfp4_failure(tmp_path):
     images = tmp_path / "images"
     shutil.copytree(ROOT / "images", images)
     (images / "sglang-old.yaml").write_text(
-        "engine: {name: sglang, version: '0.5.10'}\narchs: [sm100]\nbase: debian-bookworm\n"
+        "engine: {name: sglang, version: '0.5.10'}\narchs: [sm100]\nos: debian-bookworm\n"
         "requirements: ['compressed-tensors==0.8.1']\nsmoke: {model: tiny-nvfp4}\n")
     r = run_imgbuild("check-deps", "sglang-old", "--images", str(images))
     assert r.returncode == 1, r.stderr

@@ -46,20 +46,20 @@ def test_unknown_key_suggests_the_closest(images_copy):
 
 
 @pytest.mark.parametrize("body, key, expected", [
-    ("engine: {name: sglang}\narchs: [sm90]\nbase: debian-bookworm\n", "engine.version", "required"),
-    ("engine: {name: sglang, version: 0.5}\narchs: [sm90]\nbase: debian-bookworm\n",
+    ("engine: {name: sglang}\narchs: [sm90]\nos: debian-bookworm\n", "engine.version", "required"),
+    ("engine: {name: sglang, version: 0.5}\narchs: [sm90]\nos: debian-bookworm\n",
      "engine.version", "in quotes"),
-    ("engine: {name: sglang, version: '0.5.23'}\narchs: sm90\nbase: debian-bookworm\n",
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: sm90\nos: debian-bookworm\n",
      "archs", "a list"),
-    ("engine: {name: sglang, version: '0.5.23'}\narchs: [hopper]\nbase: debian-bookworm\n",
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [hopper]\nos: debian-bookworm\n",
      "archs[0]", "sm90"),
-    ("engine: {name: tgi, version: '1.0'}\narchs: [sm90]\nbase: debian-bookworm\n",
+    ("engine: {name: tgi, version: '1.0'}\narchs: [sm90]\nos: debian-bookworm\n",
      "engine.name", "one of sglang"),
-    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: debian-bookworm\n"
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: debian-bookworm\n"
      "overrides:\n  - requirement: compressed-tensors==0.18.0\n", "overrides[0].reason", "reason"),
-    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: debian-bookworm\n"
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: debian-bookworm\n"
      "requirements: ['torch>=>2']\n", "requirements[0]", "PEP 508"),
-    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nbase: ubuntu-99\n", "base",
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: ubuntu-99\n", "os",
      "images/bases.yaml"),
 ])
 def test_bad_target_fields(images_copy, body, key, expected):

@@ -1,0 +1,756 @@
+"""Host preflight: will this image's server start on this machine?
+
+Reads the host through `nvidia-smi` (driver, each GPU's compute capability and memory, memory
+held by other processes) and the filesystem (free disk where the model will be stored), and
+judges it against the image's facts (the archs it was built for, its CUDA's driver floor, the
+model it serves at which tensor-parallel size). Each check ends in a Verdict; a `fail` means the
+server would not start, or would start and die, on this host.
+
+This file is copied into images and run by their entrypoint before the server:
+
+    python /opt/imgbuild/preflight.py [--facts /opt/imgbuild/image.json] [--model-dir DIR]
+                                      [--json] [--nvidia-smi PATH]
+
+so it imports only the standard library (no rich, no yaml, not this package). The host side
+(builder.preflight) imports the same logic, so `imgbuild preflight` and the image agree.
+
+Exit status: 0 when no check failed (pass, warn or skip), 1 when one did, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
+FACTS_PATH = "/opt/imgbuild/image.json"
+PREFLIGHT_PATH = "/opt/imgbuild/preflight.py"
+
+GPU_FIELDS = ("index", "uuid", "name", "compute_cap", "driver_version", "memory.total",
+              "memory.used")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+CSV_FORMAT = "--format=csv,noheader,nounits"
+
+# The image's weights may take at most this share of a GPU's total memory. The rest is what the
+# engine needs besides weights (CUDA context, activations, a KV cache worth serving with); 90%
+# is already generous, so a model that only fits above it will not serve in practice.
+WEIGHTS_HEADROOM = 0.90
+# Memory another process may hold on a GPU before we call the GPU taken. An idle GPU reports a
+# few MiB used (driver bookkeeping: 0-14 MiB in the recordings under tests/fixtures); anything
+# past 1 GiB is someone's CUDA context and tensors.
+TAKEN_THRESHOLD_MIB = 1024
+# SGLang's check (model_runner.init_torch_distributed): each TP rank compares the minimum free
+# memory across ranks with its own; below 90% it raises "The memory capacity is unbalanced.
+# Some GPUs may be occupied by other processes." (SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK,
+# on by default in current releases).
+SGLANG_BALANCE_RATIO = 0.90
+
+# Linux driver floors of CUDA minor releases (DESIGN.md, from NVIDIA's release notes); used
+# when the facts name a CUDA version but no explicit floor.
+CUDA_MIN_DRIVER = {"12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06"}
+
+# Drivers before 510 lack the compute_cap query field. Such a driver cannot run any image this
+# tool builds (CUDA 12.8+ needs 570+), but the arch verdict should still be right, so the
+# capability falls back to the product name. Longest key first: "A100" before "A10".
+NAME_CAPABILITY = (
+    ("GH200", "9.0"), ("H100", "9.0"), ("H200", "9.0"), ("H800", "9.0"), ("H20", "9.0"),
+    ("A100", "8.0"), ("A800", "8.0"), ("A30", "8.0"),
+    ("RTX A6000", "8.6"), ("A40", "8.6"), ("A10", "8.6"), ("RTX 3090", "8.6"),
+    ("L40", "8.9"), ("L4", "8.9"), ("RTX 4090", "8.9"), ("RTX 6000 Ada", "8.9"),
+    ("V100", "7.0"), ("T4", "7.5"),
+)
+
+NO_GPU_HINT = ("inside a container, start it with `--gpus all` (NVIDIA Container Toolkit) so "
+               "the driver's nvidia-smi is mounted in")
+
+# argv -> (exit status, stdout, stderr). Tests pass one that replays recorded outputs.
+Runner = Callable[[Sequence[str]], tuple[int, str, str]]
+
+
+# ----------------------------------------------------------------------------------------------
+# Facts: the host and the image
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    compute_cap: str | None  # "12.0"; None when neither nvidia-smi nor the name table knows
+    cap_source: str  # "nvidia-smi", "name table" or "unknown": says how far to trust it
+    memory_total_mib: int | None  # None: "[N/A]" (unified-memory parts such as GB10)
+    memory_used_mib: int | None
+
+    @property
+    def sm(self) -> str | None:
+        cap = parse_capability(self.compute_cap) if self.compute_cap else None
+        return f"sm{cap[0]}{cap[1]}" if cap else None
+
+
+@dataclass(frozen=True)
+class Process:
+    gpu_uuid: str
+    pid: int | None
+    name: str
+    used_mib: int | None
+
+
+@dataclass(frozen=True)
+class Host:
+    gpus: tuple[Gpu, ...] = ()
+    driver: str | None = None
+    processes: tuple[Process, ...] = ()
+    apps_visible: bool = False  # the compute-apps query answered (it may still list nothing)
+    disk_free_bytes: int | None = None
+    disk_path: str | None = None  # where free space was measured (nearest existing parent)
+    nvidia_smi: str | None = None  # the binary that answered; None when none was found
+    error: str | None = None  # why there are no GPU facts
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for g, gd in zip(self.gpus, d["gpus"]):
+            gd["sm"] = g.sm
+        return d
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    alias: str
+    size_gb: float | None  # weights on disk, decimal GB as model cards state them
+    tensor_parallel: int | None
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    archs: tuple[str, ...]  # ("sm100", "sm120") or ("cpu",)
+    cuda: str | None = None  # "13.0"; None for a CPU image
+    min_driver: str | None = None  # "580.65.06"; derived from cuda when not given
+    model: ModelFacts | None = None
+
+    @property
+    def driver_floor(self) -> str | None:
+        if self.min_driver:
+            return self.min_driver
+        return CUDA_MIN_DRIVER.get(".".join((self.cuda or "").split(".")[:2]))
+
+    @property
+    def cpu_only(self) -> bool:
+        return all(a == "cpu" for a in self.archs)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ImageFacts:
+        """The facts file's shape: {archs, cuda, min_driver, model: null | {alias, size_gb,
+        tensor_parallel}}. Raises ValueError naming the key that is wrong."""
+        if not isinstance(d, dict):
+            raise ValueError("expected a JSON object")
+        archs = d.get("archs")
+        if isinstance(archs, str):
+            archs = [a for a in archs.split(",") if a.strip()]
+        if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+            raise ValueError(f"archs: expected a non-empty list such as [\"sm100\", \"sm120\"], "
+                             f"got {archs!r}")
+        for a in archs:
+            if a.strip() != "cpu" and parse_arch(a) is None:
+                raise ValueError(f"archs: {a!r} is not an arch such as sm90, sm100a or cpu")
+        m = d.get("model")
+        model = None
+        if m not in (None, "", "none"):
+            if not isinstance(m, dict) or not m.get("alias"):
+                raise ValueError(f"model: expected null or {{alias, size_gb, tensor_parallel}}, "
+                                 f"got {m!r}")
+            try:
+                size = None if m.get("size_gb") in (None, "") else float(m["size_gb"])
+                tp = None if m.get("tensor_parallel") in (None, "") else int(m["tensor_parallel"])
+            except (TypeError, ValueError):
+                raise ValueError(f"model: size_gb must be a number and tensor_parallel an "
+                                 f"integer, got {m!r}") from None
+            if tp is not None and tp < 1:
+                raise ValueError(f"model.tensor_parallel: expected 1 or more, got {tp}")
+            model = ModelFacts(str(m["alias"]), size, tp)
+        cuda = d.get("cuda")
+        min_driver = d.get("min_driver")
+        return cls(archs=tuple(a.strip() for a in archs),
+                   cuda=None if cuda in (None, "", "none") else str(cuda),
+                   min_driver=None if min_driver in (None, "", "none") else str(min_driver),
+                   model=model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"archs": list(self.archs), "cuda": self.cuda, "min_driver": self.min_driver,
+                "model": asdict(self.model) if self.model else None}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    status: str  # PASS, FAIL, WARN or SKIP
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    image: ImageFacts
+    host: Host
+    verdicts: tuple[Verdict, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not any(v.status == FAIL for v in self.verdicts)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "verdicts": [asdict(v) for v in self.verdicts],
+                "image": self.image.to_dict(), "host": self.host.to_dict()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading nvidia-smi
+# ----------------------------------------------------------------------------------------------
+
+
+def _na(value: str) -> bool:
+    # nvidia-smi prints these where a field does not apply to the part ("[N/A]" for
+    # memory.total on unified-memory GB10) or the driver cannot read it.
+    return value.strip().strip("[]").lower() in ("n/a", "not supported", "unknown error",
+                                                  "insufficient permissions", "")
+
+
+def _int(value: str) -> int | None:
+    if _na(value):
+        return None
+    try:
+        return int(float(value.strip()))
+    except ValueError:
+        return None
+
+
+def _rows(text: str) -> list[list[str]]:
+    # GPU rows only: product names carry no commas. Process names may (parse_apps).
+    return [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
+
+
+def capability_from_name(name: str) -> str | None:
+    for key, cap in NAME_CAPABILITY:
+        if key.lower() in name.lower():
+            return cap
+    return None
+
+
+def parse_gpus(text: str, fields: Sequence[str] = GPU_FIELDS) -> tuple[list[Gpu], str | None]:
+    """Rows of `--query-gpu=<fields> --format=csv,noheader,nounits` -> GPUs and the driver."""
+    gpus: list[Gpu] = []
+    drivers: list[str] = []
+    for row in _rows(text):
+        if len(row) != len(fields):
+            raise ValueError(f"expected {len(fields)} comma-separated fields "
+                             f"({','.join(fields)}), got {len(row)}: {', '.join(row)!r}")
+        r = dict(zip(fields, row))
+        name = r["name"]
+        cap, source = r.get("compute_cap"), "nvidia-smi"
+        if cap is None or _na(cap) or parse_capability(cap) is None:
+            cap, source = capability_from_name(name), "name table"
+            if cap is None:
+                source = "unknown"
+        if r.get("driver_version") and not _na(r["driver_version"]):
+            drivers.append(r["driver_version"])
+        index = _int(r["index"])
+        gpus.append(Gpu(index=len(gpus) if index is None else index,
+                        uuid=r.get("uuid", ""), name=name, compute_cap=cap, cap_source=source,
+                        memory_total_mib=_int(r["memory.total"]),
+                        memory_used_mib=_int(r["memory.used"])))
+    return gpus, (drivers[0] if drivers else None)
+
+
+def parse_apps(text: str) -> list[Process]:
+    """Rows of `--query-compute-apps=gpu_uuid,pid,process_name,used_memory`."""
+    procs = []
+    for line in text.splitlines():
+        if not line.strip() or line.lower().startswith("no running"):
+            continue
+        # process_name may contain commas (a command line); uuid and pid lead, memory trails.
+        head = line.split(",", 2)
+        if len(head) < 3 or "," not in head[2]:
+            raise ValueError(f"expected gpu_uuid, pid, process_name, used_memory, got {line!r}")
+        name, used = head[2].rsplit(",", 1)
+        procs.append(Process(gpu_uuid=head[0].strip(), pid=_int(head[1]), name=name.strip(),
+                             used_mib=_int(used)))
+    return procs
+
+
+def _subprocess_runner(argv: Sequence[str]) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} did not answer in 60 s (a hung GPU or driver)"
+    except OSError as e:
+        return 127, "", str(e)
+    return p.returncode, p.stdout, p.stderr
+
+
+def recorded_runner(gpus_csv: str, apps_csv: str) -> Runner:
+    """A runner that answers the two queries with recorded outputs (tests, `--recording`)."""
+
+    def run(argv: Sequence[str]) -> tuple[int, str, str]:
+        if any(a.startswith("--query-gpu=") for a in argv):
+            return 0, gpus_csv, ""
+        if any(a.startswith("--query-compute-apps=") for a in argv):
+            return 0, apps_csv, ""
+        return 2, "", f"recording has no answer for {' '.join(argv)}"
+
+    return run
+
+
+def recording_runner(directory: str | os.PathLike[str]) -> Runner:
+    d = Path(directory)
+    apps = d / "apps.csv"
+    return recorded_runner((d / "gpus.csv").read_text(),
+                           apps.read_text() if apps.exists() else "")
+
+
+def default_model_dir() -> str:
+    """Where the engine will put the model: IMGBUILD_MODEL_DIR, else the Hugging Face cache."""
+    explicit = os.environ.get("IMGBUILD_MODEL_DIR")
+    if explicit:
+        return explicit
+    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "huggingface")
+    return os.environ.get("HF_HUB_CACHE") or os.path.join(hf_home, "hub")
+
+
+def disk_free(path: str | os.PathLike[str]) -> tuple[int | None, str | None]:
+    """Free bytes on the filesystem that will hold `path`, measured at its nearest existing
+    ancestor (the model directory usually does not exist before the first download)."""
+    p = Path(path).expanduser().absolute()
+    for candidate in (p, *p.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free, str(candidate)
+            except OSError:
+                return None, str(candidate)
+    return None, None
+
+
+def probe(*, nvidia_smi: str | None = None, runner: Runner | None = None,
+          model_dir: str | os.PathLike[str] | None = None) -> Host:
+    """Read the host. `runner` replaces subprocess (recorded outputs); `nvidia_smi` names the
+    binary (default: the one on PATH). Never raises for a missing GPU: that is a fact."""
+    free, where = disk_free(model_dir) if model_dir is not None else (None, None)
+    base = Host(disk_free_bytes=free, disk_path=where)
+    binary = nvidia_smi or "nvidia-smi"
+    if runner is None:
+        found = shutil.which(binary)
+        if not found:
+            return _replace(base, error=f"nvidia-smi not found ({binary!r} is not on PATH or "
+                                        f"not executable)")
+        binary, runner = found, _subprocess_runner
+    notes: list[str] = []
+    fields = GPU_FIELDS
+    rc, out, err = runner([binary, "--query-gpu=" + ",".join(fields), CSV_FORMAT])
+    if rc != 0 and "compute_cap" in out + err:
+        # Drivers before 510: 'Field "compute_cap" is not a valid field to query.' (exit 2).
+        fields = tuple(f for f in GPU_FIELDS if f != "compute_cap")
+        notes.append("this driver's nvidia-smi has no compute_cap field (drivers before 510); "
+                     "capabilities come from the GPU names")
+        rc, out, err = runner([binary, "--query-gpu=" + ",".join(fields), CSV_FORMAT])
+    if rc != 0:
+        said = (err or out).strip().splitlines()
+        # "No devices were found" (exit 6) and NVML failures land here: no usable GPU.
+        return _replace(base, nvidia_smi=binary, notes=tuple(notes),
+                        error=f"nvidia-smi exited {rc}: {said[0] if said else 'no output'}")
+    try:
+        gpus, driver = parse_gpus(out, fields)
+    except ValueError as e:
+        return _replace(base, nvidia_smi=binary, error=f"unreadable nvidia-smi output: {e}")
+    if not gpus:
+        return _replace(base, nvidia_smi=binary, driver=driver,
+                        error="nvidia-smi lists no GPU")
+    if any(g.cap_source == "unknown" for g in gpus):
+        notes.append("compute capability unknown for: " + ", ".join(
+            f"GPU{g.index} {g.name}" for g in gpus if g.cap_source == "unknown"))
+    rc, out, err = runner([binary, "--query-compute-apps=" + ",".join(APP_FIELDS), CSV_FORMAT])
+    procs: list[Process] = []
+    apps_visible = rc == 0
+    if apps_visible:
+        try:
+            procs = parse_apps(out)
+        except ValueError as e:
+            apps_visible = False
+            notes.append(f"compute-apps list unreadable ({e}); judging by memory.used alone")
+    else:
+        notes.append("compute-apps query failed; judging by memory.used alone")
+    return _replace(base, gpus=tuple(gpus), driver=driver, processes=tuple(procs),
+                    apps_visible=apps_visible, nvidia_smi=binary, notes=tuple(notes))
+
+
+def _replace(h: Host, **kw: Any) -> Host:
+    d = {f: getattr(h, f) for f in h.__dataclass_fields__}
+    d.update(kw)
+    return Host(**d)
+
+
+# ----------------------------------------------------------------------------------------------
+# Judging
+# ----------------------------------------------------------------------------------------------
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """"12.0" -> (12, 0)."""
+    if not text:
+        return None
+    parts = text.strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def parse_arch(arch: str) -> tuple[int, int, str] | None:
+    """"sm120" / "sm_120" / "sm100a" / "12.0" -> (major, minor, suffix). The last digit of an
+    sm number is the minor: sm90 = 9.0, sm103 = 10.3, sm121 = 12.1."""
+    a = arch.strip().lower()
+    if parse_capability(a):
+        major, minor = parse_capability(a)  # type: ignore[misc]
+        return major, minor, ""
+    a = a.removeprefix("sm").removeprefix("_")
+    suffix = ""
+    if a[-1:] in ("a", "f"):
+        a, suffix = a[:-1], a[-1]
+    if not a.isdigit() or len(a) < 2:
+        return None
+    return int(a[:-1]), int(a[-1]), suffix
+
+
+def arch_covers(arch: str, cap: tuple[int, int]) -> str | None:
+    """Why a cubin built for `arch` runs on a GPU of capability `cap`, or None when it does not.
+
+    CUDA's binary compatibility: a cubin for sm_XY runs on sm_XZ with Z >= Y of the same major
+    (sm100 code on sm103, sm120 on sm121), never across majors (sm90 code does not run on
+    sm100, nor sm100 on sm120). Arch-specific cubins (sm100a) run only on that exact
+    capability; family cubins (sm100f, CUDA 12.9+) on the family's later minors.
+    """
+    p = parse_arch(arch)
+    if p is None:
+        return None
+    major, minor, suffix = p
+    if (major, minor) == cap:
+        return f"built for {arch}: exact match"
+    if suffix == "a" or major != cap[0] or cap[1] < minor:
+        return None
+    return (f"binary compatibility: {arch} code runs on sm{cap[0]}{cap[1]} (same major "
+            f"{major}, minor {cap[1]} >= {minor})")
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    """"580.65.06" -> (580, 65, 6): drivers compare numerically per dotted part."""
+    out = []
+    for part in v.strip().split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def version_at_least(have: str, floor: str) -> bool:
+    a, b = version_tuple(have), version_tuple(floor)
+    n = max(len(a), len(b))
+    return a + (0,) * (n - len(a)) >= b + (0,) * (n - len(b))
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def _gib_bytes(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+def _tp_gpus(facts: ImageFacts, host: Host) -> tuple[Gpu, ...]:
+    """The GPUs the server will use: the first TP in index order (CUDA's default ordering when
+    CUDA_VISIBLE_DEVICES is unset), or all when the image names no model."""
+    tp = facts.model.tensor_parallel if facts.model else None
+    return host.gpus[:tp] if tp else host.gpus
+
+
+def check_arch(facts: ImageFacts, host: Host) -> Verdict:
+    if facts.cpu_only:
+        return Verdict("arch", PASS, "CPU image: runs on any host, no GPU arch needed")
+    lines, bad = [], []
+    for g in host.gpus:
+        cap = parse_capability(g.compute_cap)
+        if cap is None:
+            bad.append(f"GPU{g.index} {g.name}: compute capability unknown")
+            continue
+        reasons = [r for r in (arch_covers(a, cap) for a in facts.archs if a != "cpu") if r]
+        src = "" if g.cap_source == "nvidia-smi" else f" (capability from {g.cap_source})"
+        if reasons:
+            lines.append(f"GPU{g.index} {g.sm}{src}: {reasons[0]}")
+        else:
+            bad.append(f"GPU{g.index} {g.name} is {g.sm}{src}; the image carries code for "
+                       f"{', '.join(facts.archs)} only, and no cubin runs across majors or on "
+                       f"an older minor")
+    if bad:
+        hint = "; build an image for this GPU's arch (a target whose archs include it)"
+        return Verdict("arch", FAIL, "; ".join(bad) + hint)
+    return Verdict("arch", PASS, _collapse(lines))
+
+
+def _collapse(lines: list[str]) -> str:
+    # Eight identical GPUs should read as one line, not eight.
+    if len(lines) > 1 and len({ln.split(" ", 1)[1] for ln in lines}) == 1:
+        first = lines[0].split(" ", 1)
+        return f"GPU0-{len(lines) - 1} {first[1]}"
+    return "; ".join(lines)
+
+
+def check_driver(facts: ImageFacts, host: Host) -> Verdict:
+    floor = facts.driver_floor
+    if facts.cpu_only:
+        return Verdict("driver", SKIP, "CPU image: no NVIDIA driver needed")
+    if not floor:
+        return Verdict("driver", SKIP, f"the image names no driver floor (cuda "
+                                       f"{facts.cuda or 'unknown'})")
+    if not host.driver:
+        return Verdict("driver", FAIL, "nvidia-smi reported no driver version")
+    why = f"CUDA {facts.cuda} needs driver >= {floor}" if facts.cuda else f"floor {floor}"
+    if version_at_least(host.driver, floor):
+        return Verdict("driver", PASS, f"driver {host.driver} >= {floor} ({why})")
+    return Verdict("driver", FAIL,
+                   f"driver {host.driver} is older than {floor} ({why}); CUDA calls fail with "
+                   f"'CUDA driver version is insufficient for CUDA runtime version'; upgrade "
+                   f"the host driver to {floor} or later, or use an image built for an older "
+                   f"CUDA")
+
+
+def check_fit(facts: ImageFacts, host: Host) -> Verdict:
+    m = facts.model
+    if m is None:
+        return Verdict("model fits", SKIP, "the image names no model")
+    if m.size_gb is None or m.tensor_parallel is None:
+        return Verdict("model fits", SKIP, f"model {m.alias}: size or tensor-parallel size "
+                                           f"unknown")
+    tp = m.tensor_parallel
+    if len(host.gpus) < tp:
+        return Verdict("model fits", FAIL,
+                       f"model {m.alias} is served at TP {tp} but this host has "
+                       f"{len(host.gpus)} GPU(s); the engine cannot start fewer ranks than "
+                       f"its tensor-parallel size")
+    per_gpu = m.size_gb * 1e9 / tp
+    over, unknown = [], []
+    for g in host.gpus[:tp]:
+        if g.memory_total_mib is None:
+            unknown.append(f"GPU{g.index}")
+            continue
+        allowed = g.memory_total_mib * 2**20 * WEIGHTS_HEADROOM
+        if per_gpu > allowed:
+            over.append(f"GPU{g.index} {g.name} has {_gib(g.memory_total_mib)}")
+    basis = (f"weights only: {m.size_gb:g} GB / TP {tp} = {_gib_bytes(per_gpu)} per GPU, "
+             f"allowed <= {WEIGHTS_HEADROOM:.0%} of each GPU's total memory (KV cache and "
+             f"activations not counted)")
+    if over:
+        return Verdict("model fits", FAIL, f"model {m.alias} does not fit: {'; '.join(over)}; "
+                                           f"{basis}")
+    if unknown:
+        return Verdict("model fits", WARN,
+                       f"{', '.join(unknown)} report no memory.total ([N/A]: unified memory), "
+                       f"fit not checked there; {basis}")
+    smallest = min(g.memory_total_mib or 0 for g in host.gpus[:tp])
+    return Verdict("model fits", PASS, f"model {m.alias} fits GPU0-{tp - 1} (smallest "
+                                       f"{_gib(smallest)}); {basis}")
+
+
+def check_taken(facts: ImageFacts, host: Host) -> Verdict:
+    used_set = {g.index for g in _tp_gpus(facts, host)}
+    taken_fail, taken_warn = [], []
+    for g in host.gpus:
+        procs = [p for p in host.processes if p.gpu_uuid and p.gpu_uuid == g.uuid]
+        held = max(g.memory_used_mib or 0, sum(p.used_mib or 0 for p in procs))
+        if held <= TAKEN_THRESHOLD_MIB:
+            continue
+        if procs:
+            who = ", ".join(f"pid {p.pid} {p.name} holds {_gib(p.used_mib or 0)}"
+                            for p in sorted(procs, key=lambda p: -(p.used_mib or 0)))
+        elif host.apps_visible:
+            who = ("no process listed: inside a container other containers' and the host's "
+                   "processes are hidden; run `nvidia-smi` on the host to name it")
+        else:
+            who = "processes not visible (compute-apps query failed)"
+        line = f"GPU{g.index} has {_gib(held)} in use ({who})"
+        (taken_fail if g.index in used_set else taken_warn).append(line)
+    if not taken_fail and not taken_warn:
+        return Verdict("gpus free", PASS, f"no GPU holds more than {_gib(TAKEN_THRESHOLD_MIB)} "
+                                          f"of other processes' memory")
+    sglang = _sglang_rule(facts, host)
+    if taken_fail:
+        detail = "; ".join(taken_fail) + ". " + sglang + (
+            " Stop the process (or pick other GPUs with CUDA_VISIBLE_DEVICES) and launch again.")
+        if taken_warn:
+            detail += " Outside the server's GPUs: " + "; ".join(taken_warn) + "."
+        return Verdict("gpus free", FAIL, detail)
+    return Verdict("gpus free", WARN, "; ".join(taken_warn) + " (outside the first "
+                                      f"{len(used_set)} GPUs the server uses)")
+
+
+def _sglang_rule(facts: ImageFacts, host: Host) -> str:
+    gpus = [g for g in _tp_gpus(facts, host) if g.memory_total_mib is not None]
+    base = ("SGLang refuses to start tensor parallelism when one rank's free memory is below "
+            f"{SGLANG_BALANCE_RATIO:.0%} of another's: 'The memory capacity is unbalanced. "
+            "Some GPUs may be occupied by other processes.'")
+    if len(gpus) < 2:
+        return base + " (single GPU here: the engine starts, with less memory for KV cache)."
+    free = [(g.memory_total_mib or 0) - (g.memory_used_mib or 0) for g in gpus]
+    lo, hi = min(free), max(free)
+    if lo < SGLANG_BALANCE_RATIO * hi:
+        return base + (f" Here: min free {_gib(lo)} < {SGLANG_BALANCE_RATIO:.0%} of "
+                       f"{_gib(hi)}, so SGLang would reject the launch.")
+    return base + (f" Here min free {_gib(lo)} is within {SGLANG_BALANCE_RATIO:.0%} of "
+                   f"{_gib(hi)}, but the engine would size its KV cache to the fullest GPU.")
+
+
+def check_disk(facts: ImageFacts, host: Host) -> Verdict:
+    m = facts.model
+    if m is None or m.size_gb is None:
+        return Verdict("disk", SKIP, "the image names no model to download")
+    need = m.size_gb * 1e9
+    if host.disk_free_bytes is None:
+        return Verdict("disk", SKIP, "model directory not given or not measurable")
+    where = host.disk_path or "?"
+    if host.disk_free_bytes >= need:
+        return Verdict("disk", PASS, f"{_gib_bytes(host.disk_free_bytes)} free at {where} >= "
+                                     f"{m.size_gb:g} GB for {m.alias}")
+    return Verdict("disk", FAIL,
+                   f"{_gib_bytes(host.disk_free_bytes)} free at {where} < {m.size_gb:g} GB "
+                   f"({_gib_bytes(need)}) for {m.alias}; the download would stop part way. "
+                   f"Free space, or point --model-dir / IMGBUILD_MODEL_DIR at a larger disk "
+                   f"(or at the directory where the model is already downloaded)")
+
+
+def verdicts(facts: ImageFacts, host: Host) -> list[Verdict]:
+    """Every check, in the order a person fixes them: GPU visible, arch, driver, fit, memory
+    held by others, disk. A host without a usable GPU gets `skip`s, never `pass`es, for the
+    GPU checks (a CPU image passes those: it needs no GPU)."""
+    disk = check_disk(facts, host)
+    if facts.cpu_only:
+        gpu_line = Verdict("nvidia-smi", SKIP, "CPU image: GPUs not needed" + (
+            "" if host.gpus else f" ({host.error})" if host.error else ""))
+        return [gpu_line, check_arch(facts, host), check_driver(facts, host),
+                Verdict("model fits", SKIP, "CPU image"), Verdict("gpus free", SKIP,
+                                                                  "CPU image"), disk]
+    if not host.gpus:
+        why = host.error or "no NVIDIA GPU"
+        skip = f"skipped: no NVIDIA GPU / {why}"
+        return [Verdict("nvidia-smi", SKIP, f"no NVIDIA GPU: {why}; {NO_GPU_HINT}"),
+                Verdict("arch", SKIP, skip), Verdict("driver", SKIP, skip),
+                Verdict("model fits", SKIP, skip), Verdict("gpus free", SKIP, skip), disk]
+    names = sorted({g.name for g in host.gpus})
+    seen = f"{len(host.gpus)} GPU(s): {', '.join(names)}; driver {host.driver or 'unknown'}"
+    if host.notes:
+        seen += "; " + "; ".join(host.notes)
+    return [Verdict("nvidia-smi", PASS, seen), check_arch(facts, host),
+            check_driver(facts, host), check_fit(facts, host), check_taken(facts, host), disk]
+
+
+def run(facts: ImageFacts, *, nvidia_smi: str | None = None, runner: Runner | None = None,
+        model_dir: str | os.PathLike[str] | None = None) -> Report:
+    host = probe(nvidia_smi=nvidia_smi, runner=runner, model_dir=model_dir)
+    return Report(facts, host, tuple(verdicts(facts, host)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Output and entry points
+# ----------------------------------------------------------------------------------------------
+
+
+def format_table(vs: Sequence[Verdict]) -> str:
+    """Plain text (images have no rich): one line a check, details wrapped under it."""
+    import textwrap
+
+    width = max(len(v.check) for v in vs) if vs else 5
+    lines = []
+    for v in vs:
+        head = f"{v.status.upper():<4}  {v.check:<{width}}  "
+        wrapped = textwrap.wrap(v.detail, 100 - len(head)) or [""]
+        lines.append(head + wrapped[0])
+        lines.extend(" " * len(head) + w for w in wrapped[1:])
+    return "\n".join(lines)
+
+
+def load_facts(path: str | os.PathLike[str]) -> ImageFacts:
+    with open(path, encoding="utf-8") as f:
+        return ImageFacts.from_dict(json.load(f))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="preflight.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--facts", default=os.environ.get("IMGBUILD_FACTS", FACTS_PATH),
+                    help=f"the image's facts file (default {FACTS_PATH})")
+    ap.add_argument("--model-dir", default=None,
+                    help="where the model will be stored (default IMGBUILD_MODEL_DIR, else the "
+                         "Hugging Face cache)")
+    ap.add_argument("--json", action="store_true", help="print a JSON report")
+    ap.add_argument("--nvidia-smi", default=None, help="the nvidia-smi binary to run")
+    ap.add_argument("--recording", default=None, help=argparse.SUPPRESS)  # fixture dir: debug
+    args = ap.parse_args(argv)
+    try:
+        facts = load_facts(args.facts)
+    except FileNotFoundError:
+        print(f"preflight: no facts file at {args.facts}; pass --facts PATH", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"preflight: {args.facts}: {e}", file=sys.stderr)
+        return 2
+    runner = recording_runner(args.recording) if args.recording else None
+    report = run(facts, nvidia_smi=args.nvidia_smi, runner=runner,
+                 model_dir=args.model_dir or default_model_dir())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("imgbuild preflight")
+        print(format_table(report.verdicts))
+        print("preflight: " + ("ok" if report.ok else "FAILED: the server would not start "
+                                                      "here"))
+    return report.exit_code
+
+
+# The image's entrypoint. POSIX sh (images may lack bash). Kept here, not in a separate file,
+# because the package ships payload/*.py only and the renderer writes this text into the build
+# context. IMGBUILD_PREFLIGHT=0 or a first argument --no-preflight skips the check.
+ENTRYPOINT_SH = r"""#!/bin/sh
+# imgbuild entrypoint: check the host (preflight.py), then start the server ("$@").
+# Skip the check with IMGBUILD_PREFLIGHT=0 or --no-preflight as the first argument.
+if [ "${1:-}" = "--no-preflight" ]; then
+    shift
+    IMGBUILD_PREFLIGHT=0
+fi
+if [ "${IMGBUILD_PREFLIGHT:-1}" != "0" ]; then
+    py="${IMGBUILD_PYTHON:-}"
+    if [ -z "$py" ]; then
+        if command -v python >/dev/null 2>&1; then py=python; else py=python3; fi
+    fi
+    if ! "$py" "${IMGBUILD_PREFLIGHT_SCRIPT:-/opt/imgbuild/preflight.py}" \
+            --facts "${IMGBUILD_FACTS:-/opt/imgbuild/image.json}"; then
+        echo "imgbuild: preflight failed; the server was not started." >&2
+        echo "imgbuild: fix the host, or start anyway with IMGBUILD_PREFLIGHT=0 (docker run -e IMGBUILD_PREFLIGHT=0 ...) or --no-preflight as the first argument." >&2
+        exit 1
+    fi
+fi
+if [ "$#" -eq 0 ]; then
+    echo "imgbuild: no command to run after preflight" >&2
+    exit 2
+fi
+exec "$@"
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

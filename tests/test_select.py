@@ -1,0 +1,147 @@
+"""GPU names to archs, and the CUDA / base / driver floor chosen for a target (no network)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from builder.archs import coverage, parse_arch, runs_on
+from builder.errors import InputError
+from builder.lock import LockedPackage, read_lock
+from builder.plan import lock_request, make_plan
+from builder.select import select
+from builder.spec import load_catalog
+
+from .conftest import ROOT, run_imgbuild
+
+LOCKS = ROOT / "lockfiles"
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+@pytest.mark.parametrize("text, sm", [
+    ("sm100", "sm100"), ("SM_120", "sm120"), ("10.0", "sm100"), ("12.1", "sm121"),
+    ("B200", "sm100"), ("RTX PRO 6000", "sm120"), ("rtx pro 6000 blackwell", "sm120"),
+    ("GB10", "sm121"), ("DGX Spark", "sm121"), ("H200", "sm90"), ("B300", "sm103"),
+    ("NVIDIA GeForce RTX 5090", "sm120"),
+])
+def test_parse_arch(cat, text, sm):
+    assert parse_arch(text, cat) == sm
+
+
+def test_unknown_arch_suggests(cat):
+    with pytest.raises(InputError) as e:
+        parse_arch("B2000", cat)
+    assert "unknown GPU architecture 'B2000'" in e.value.message
+    assert e.value.hint == "did you mean 'B200'?"
+
+
+def test_binary_compatibility_within_a_major_only():
+    assert runs_on("sm120", "sm121") and runs_on("sm100", "sm103")
+    assert not runs_on("sm121", "sm120") and not runs_on("sm90", "sm100")
+    assert not runs_on("sm100", "sm120")
+    assert coverage(["sm90", "sm100", "sm120"], "sm121") == "sm120"
+    assert coverage(["sm90", "sm100"], "sm120") is None
+
+
+def _plan(cat, target, **kw):
+    return make_plan(cat, target, lock_dir=LOCKS, resolve=False, **kw)
+
+
+def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
+    for name in cat.targets:
+        p = _plan(cat, name)
+        assert p.selection, name
+        if p.archs == ("cpu",):
+            assert p.cuda is None and p.min_driver is None
+            continue
+        assert p.cuda == "13.0" and p.min_driver == "580.65.06"  # torch 2.14.x on PyPI
+        assert any("torch 2.14" in w and "CUDA 13.0" in w for w in p.selection)
+        assert p.selection[-1] == "driver ≥ 580.65.06 (CUDA 13.0)"
+        labels = dict(p.labels)
+        assert labels["io.imgbuild.driver-min"] == "580.65.06"
+        assert labels["io.imgbuild.flavor"] == p.flavor
+        if p.flavor == "devel":
+            assert p.base_image == "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04"
+        else:
+            assert p.base_image == cat.base(p.base).image
+
+
+def test_blackwell_reasoning_reads_like_the_issue(cat):
+    p = _plan(cat, "sglang-blackwell")
+    assert p.selection == (
+        "sm100 needs CUDA ≥ 12.8", "sm120 needs CUDA ≥ 12.8",
+        "torch 2.14.1 on PyPI is built for CUDA 13.0",
+        "→ nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04 (devel: nvcc for FlashInfer/DeepGEMM JIT)",
+        "driver ≥ 580.65.06 (CUDA 13.0)")
+
+
+def _lock_with_torch(cat, version):
+    lock = read_lock(LOCKS / lock_request(cat, cat.target("sglang-blackwell")).filename())
+    pkgs = tuple(p for p in lock.packages if p.name != "torch") + (
+        LockedPackage("torch", version, ("sha256:" + "0" * 64,)),)
+    return dataclasses.replace(lock, packages=pkgs)
+
+
+def test_sm121_on_a_cuda_128_torch_is_refused(cat):
+    t = cat.target("sglang-blackwell")
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm121",), flavor="devel", lock=_lock_with_torch(cat, "2.10.0"),
+               model=None)
+    assert e.value.message == "sm121 needs CUDA ≥ 12.9, but torch 2.10.0 is built for CUDA 12.8"
+    assert "+cu130" in e.value.hint
+    # The same arch on torch 2.14.1 (CUDA 13.0) is fine, through sm120's code.
+    sel = select(cat, t, archs=("sm121",), flavor="devel", lock=_lock_with_torch(cat, "2.14.1"),
+                 model=None)
+    assert sel.cuda == "13.0"
+    assert "sm121 runs torch's sm120 code (same major, newer minor)" in sel.reasoning
+    # A +cu130 local build of an older torch is read from its tag.
+    sel = select(cat, t, archs=("sm121",), flavor="slim", lock=_lock_with_torch(cat, "2.10.0+cu130"),
+                 model=None)
+    assert sel.cuda == "13.0" and "torch 2.10.0+cu130 is the +cu130 build" in sel.reasoning
+
+
+def test_cuda_13_no_longer_builds_volta(cat):
+    with pytest.raises(InputError) as e:
+        select(cat, cat.target("sglang-hopper"), archs=("sm70",), flavor="devel",
+               lock=_lock_with_torch(cat, "2.14.1"), model=None)
+    assert e.value.message == "CUDA 13.0 no longer compiles for sm70"
+
+
+def test_torch_without_code_for_an_arch_is_refused(cat):
+    sass = dict(cat.torch[1].sass)
+    sass["13.0"] = tuple(a for a in sass["13.0"] if a != "sm120")
+    cat2 = dataclasses.replace(cat, torch=(cat.torch[0], dataclasses.replace(cat.torch[1], sass=sass),
+                                           cat.torch[2]))
+    with pytest.raises(InputError) as e:
+        select(cat2, cat.target("sglang-blackwell"), archs=("sm100", "sm120"), flavor="devel",
+               lock=_lock_with_torch(cat, "2.14.1"), model=None)
+    assert e.value.message == "torch 2.14.1 (CUDA 13.0) carries no code for sm120"
+
+
+def test_w4a4_nvfp4_model_on_hopper_only_is_refused(cat):
+    with pytest.raises(InputError) as e:
+        _plan(cat, "sglang-hopper", model="tiny-nvfp4")
+    assert "w4a4 NVFP4, which needs sm100/sm120-family GPUs" in e.value.message
+    assert "use a BF16 or FP8 build" in e.value.hint
+    # A W4A16 model is fine on Hopper; the same NVFP4 model is fine on Blackwell.
+    assert _plan(cat, "sglang-hopper", model="k2.6").cuda == "13.0"
+    assert _plan(cat, "sglang-blackwell", model="tiny-nvfp4").cuda == "13.0"
+
+
+def test_cli_arch_and_flavor_overrides():
+    r = run_imgbuild("plan", "sglang-blackwell", "--arch", "RTX PRO 6000", "--flavor", "slim",
+                     "--json", "--no-checks")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["archs"] == ["sm120"] and p["flavor"] == "slim" and p["base_image"] == "ubuntu:24.04"
+    assert p["labels"]["io.imgbuild.archs"] == "sm120"
+    r = run_imgbuild("plan", "sglang-hopper", "--model", "tiny-nvfp4", "--no-checks")
+    assert r.returncode == 2 and "w4a4 NVFP4" in r.stderr and "Traceback" not in r.stderr
+    r = run_imgbuild("plan", "sglang-blackwell", "--arch", "B2000", "--no-checks")
+    assert r.returncode == 2 and "did you mean 'B200'?" in r.stderr
