@@ -99,8 +99,12 @@ def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | No
     carried = local_wheels(lock, wheels)
     for w in carried:
         _link_or_copy(w, dest / "wheels" / w.name)
+    (dest / "payload").mkdir()
+    for name in render.PAYLOAD_FILES:
+        shutil.copy2(render.PAYLOAD_DIR / name, dest / "payload" / name)
+    (dest / "payload" / "entrypoint.sh").write_text(render.entrypoint_sh())
+    (dest / "payload" / "image.json").write_text(render.image_facts(plan))
     (dest / "smoke").mkdir()
-    shutil.copy2(render.PAYLOAD, dest / "smoke" / "smoke.py")
     if smoke_model_dir is not None:
         shutil.copytree(smoke_model_dir, dest / "smoke" / "model")
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from . import ui
 from .errors import EXIT_FAILED, EXIT_OK, ImgbuildError, InputError
 
-COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "base")
+COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "preflight", "base")
 
 
 def _paths(args) -> tuple[Path | None, Path, Path | None]:
@@ -279,6 +279,34 @@ def cmd_smoke(args) -> int:
     return EXIT_OK if rep.ok else EXIT_FAILED
 
 
+def cmd_preflight(args) -> int:
+    from . import preflight
+
+    cat = _catalog(args)
+    if args.subject in cat.targets:
+        from .plan import make_plan
+
+        _, lock_dir, wheels = _paths(args)
+        plan = make_plan(cat, args.subject, model=args.model, lock_dir=lock_dir, wheels=wheels,
+                         archs=_archs(args, cat), flavor=args.flavor)
+        report = preflight.preflight_target(preflight.facts_from_plan(plan),
+                                            model_dir=args.model_dir, nvidia_smi=args.nvidia_smi)
+        title = f"preflight: this host for target {plan.target}" + \
+            (f" --model {plan.model}" if plan.model else "")
+    else:
+        if args.model:
+            raise InputError("--model goes with a target; an image carries its model in its labels",
+                             hint=f"`imgbuild preflight TARGET --model {args.model}`")
+        report = preflight.preflight_image(args.subject, model_dir=args.model_dir,
+                                           nvidia_smi=args.nvidia_smi)
+        title = f"preflight: this host for {args.subject}"
+    if args.json:
+        ui.print_json(report.to_dict())
+    else:
+        preflight.render_report(report, title=title)
+    return report.exit_code
+
+
 def cmd_base(args) -> int:
     from . import base, dockerenv
     from .registry import Repository
@@ -365,6 +393,14 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
     s.add_argument("image")
     s.set_defaults(func=cmd_smoke)
+    s = sub.add_parser("preflight", parents=[common, select],
+                       help="check this host (GPUs, driver, memory, disk) for an image or target")
+    s.add_argument("subject", metavar="IMAGE|TARGET")
+    s.add_argument("--model", help="with a TARGET: the model profile to check for")
+    s.add_argument("--model-dir", help="where the model will be stored (free disk is checked "
+                   "there; default IMGBUILD_MODEL_DIR, else the Hugging Face cache)")
+    s.add_argument("--nvidia-smi", help="the nvidia-smi binary to run")
+    s.set_defaults(func=cmd_preflight)
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],

@@ -197,6 +197,8 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
         # hashes and uv by nothing: it runs at build time and leaves no bytes in the image.
         "lock": lock.body_hash,
         "payload": render.payload_digest(),
+        "entrypoint": render.entrypoint_sh(),
+        "facts": render.image_facts(with_labels),
         "smoke_model": draft.smoke_model_key,
     }
     key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()

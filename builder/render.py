@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .plan import Plan
 
-PAYLOAD = Path(__file__).parent / "payload" / "smoke.py"
+PAYLOAD_DIR = Path(__file__).parent / "payload"
+PAYLOAD = PAYLOAD_DIR / "smoke.py"
+# What runs inside the image besides the engine: stdlib-only scripts, copied as they are.
+PAYLOAD_FILES = ("smoke.py", "preflight.py")
 VENV = "/opt/venv"
 TOOLS = "/opt/imgbuild-tools"  # bind-mounted from the context: uv never lands in a layer
 WHEELS = "/opt/imgbuild-wheels"
@@ -22,7 +25,23 @@ ASSETS = "/opt/imgbuild"
 
 
 def payload_digest() -> str:
-    return "sha256:" + hashlib.sha256(PAYLOAD.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for name in PAYLOAD_FILES:
+        h.update(name.encode() + b"\0" + (PAYLOAD_DIR / name).read_bytes() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def entrypoint_sh() -> str:
+    from .payload.preflight import ENTRYPOINT_SH
+
+    return ENTRYPOINT_SH
+
+
+def image_facts(plan: "Plan") -> str:
+    """/opt/imgbuild/image.json: what the in-image preflight checks the host against."""
+    from .preflight import facts_from_plan
+
+    return json.dumps(facts_from_plan(plan).to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 def serve_command(plan: "Plan") -> list[str]:
@@ -100,18 +119,24 @@ def dockerfile(plan: "Plan") -> str:
             "# Compatibility patches: after the engine they patch, before the smoke assets.\n",
             f"# patches: {', '.join(plan.patches)}\n",
         ]
+    out += [
+        "# The payload (smoke test, host preflight, entrypoint, the image's facts) and the lock\n"
+        "# it checks against: small, changed with imgbuild rather than the engine, so above\n"
+        "# the heavy layers.\n",
+        f"COPY lock/lock.txt {ASSETS}/lock.txt\n",
+        f"COPY payload/ {ASSETS}/\n",
+    ]
     if plan.smoke_model:
         out += [
-            "# Smoke payload, its checkpoint and the lock it checks against: small and changed\n"
-            "# with the smoke suite, so they sit above the heavy layers.\n",
-            f"COPY lock/lock.txt {ASSETS}/lock.txt\n",
-            f"COPY smoke/smoke.py {ASSETS}/smoke.py\n",
+            "# The smoke checkpoint: changes only with the generator.\n",
             f"COPY smoke/model {ASSETS}/smoke-model\n",
         ]
     labels = " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in plan.labels)
     out += [
         "# Labels last: metadata only, so changing one rebuilds nothing above.\n",
         f"LABEL {labels}\n",
+        "# The host preflight runs before the server (IMGBUILD_PREFLIGHT=0 skips it).\n",
+        f'ENTRYPOINT ["/bin/sh", "{ASSETS}/entrypoint.sh"]\n',
         f"CMD {json.dumps(serve_command(plan))}\n",
     ]
     return "".join(out)

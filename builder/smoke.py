@@ -29,7 +29,8 @@ def run(image: str, timeout: int = 900) -> SmokeReport:
     """Run the payload with no network: a smoke test must not depend on anything outside."""
     start = time.monotonic()
     try:
-        proc = run_cli(["run", "--rm", "--network", "none", image, "python",
+        # --entrypoint: the smoke test checks the image, not this host (that is preflight's job).
+        proc = run_cli(["run", "--rm", "--network", "none", "--entrypoint", "python", image,
                         f"{render.ASSETS}/smoke.py", "--lock", f"{render.ASSETS}/lock.txt",
                         "--model", f"{render.ASSETS}/smoke-model", "--json"],
                        capture_output=True, text=True, timeout=timeout)

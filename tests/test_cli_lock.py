@@ -90,7 +90,7 @@ def test_check_deps_catches_the_real_nvfp4_failure(tmp_path):
     images = tmp_path / "images"
     shutil.copytree(ROOT / "images", images)
     (images / "sglang-old.yaml").write_text(
-        "engine: {name: sglang, version: '0.5.10'}\narchs: [sm100]\nos: debian-bookworm\n"
+        "engine: {name: sglang, version: '0.5.10'}\narchs: [sm100]\nos: debian-bookworm\nflavor: slim\n"
         "requirements: ['compressed-tensors==0.8.1']\nsmoke: {model: tiny-nvfp4}\n")
     r = run_imgbuild("check-deps", "sglang-old", "--images", str(images))
     assert r.returncode == 1, r.stderr

@@ -28,12 +28,12 @@ def test_layer_order_puts_what_changes_least_first(cat):
     text = render.dockerfile(plan(cat))
     pos = {k: text.index(k) for k in (
         "FROM imgbuild-base:debian-bookworm-py3.11", "uv venv", "heavy.txt", "rest.txt",
-        "COPY smoke/smoke.py", "LABEL ", "CMD ")}
+        "COPY payload/", "COPY smoke/model", "LABEL ", "ENTRYPOINT ", "CMD ")}
     assert list(pos) == sorted(pos, key=pos.get)
     # Every instruction is explained by a comment right above it.
     lines = text.splitlines()
     for i, ln in enumerate(lines):
-        if ln.startswith(("FROM", "RUN", "LABEL")) and i and not lines[i - 1].startswith("#"):
+        if ln.startswith(("FROM", "RUN", "LABEL", "ENTRYPOINT")) and i and not lines[i - 1].startswith("#"):
             assert lines[i - 1].startswith(("COPY", "ENV", "ARG")), ln
 
 

@@ -14,7 +14,8 @@ This file is copied into images and run by their entrypoint before the server:
 so it imports only the standard library (no rich, no yaml, not this package). The host side
 (builder.preflight) imports the same logic, so `imgbuild preflight` and the image agree.
 
-Exit status: 0 when no check failed (pass, warn or skip), 1 when one did, 2 for bad input.
+Exit status: 0 when no check failed (pass, warn or skip), 1 when one did, 2 for bad input,
+3 for an error of the preflight itself. The entrypoint refuses to start the server on 1 only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
+# Where images carry the facts file and this script (the entrypoint's defaults).
 FACTS_PATH = "/opt/imgbuild/image.json"
 PREFLIGHT_PATH = "/opt/imgbuild/preflight.py"
 
@@ -45,7 +47,7 @@ CSV_FORMAT = "--format=csv,noheader,nounits"
 # is already generous, so a model that only fits above it will not serve in practice.
 WEIGHTS_HEADROOM = 0.90
 # Memory another process may hold on a GPU before we call the GPU taken. An idle GPU reports a
-# few MiB used (driver bookkeeping: 0-14 MiB in the recordings under tests/fixtures); anything
+# few MiB used (driver bookkeeping: 1-14 MiB in the recordings the fixtures come from); anything
 # past 1 GiB is someone's CUDA context and tensors.
 TAKEN_THRESHOLD_MIB = 1024
 # SGLang's check (model_runner.init_torch_distributed): each TP rank compares the minimum free
@@ -60,7 +62,8 @@ CUDA_MIN_DRIVER = {"12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06"}
 
 # Drivers before 510 lack the compute_cap query field. Such a driver cannot run any image this
 # tool builds (CUDA 12.8+ needs 570+), but the arch verdict should still be right, so the
-# capability falls back to the product name. Longest key first: "A100" before "A10".
+# capability falls back to the product name. Matched as substrings, so a key comes before any
+# shorter key it contains: "H200" before "H20", "A100" before "A10", "L40" before "L4".
 NAME_CAPABILITY = (
     ("GH200", "9.0"), ("H100", "9.0"), ("H200", "9.0"), ("H800", "9.0"), ("H20", "9.0"),
     ("A100", "8.0"), ("A800", "8.0"), ("A30", "8.0"),
@@ -485,32 +488,39 @@ def _tp_gpus(facts: ImageFacts, host: Host) -> tuple[Gpu, ...]:
 def check_arch(facts: ImageFacts, host: Host) -> Verdict:
     if facts.cpu_only:
         return Verdict("arch", PASS, "CPU image: runs on any host, no GPU arch needed")
-    lines, bad = [], []
+    good: list[tuple[int, str]] = []
+    bad: list[tuple[int, str]] = []
     for g in host.gpus:
         cap = parse_capability(g.compute_cap)
         if cap is None:
-            bad.append(f"GPU{g.index} {g.name}: compute capability unknown")
+            bad.append((g.index, f"{g.name}: compute capability unknown"))
             continue
         reasons = [r for r in (arch_covers(a, cap) for a in facts.archs if a != "cpu") if r]
         src = "" if g.cap_source == "nvidia-smi" else f" (capability from {g.cap_source})"
         if reasons:
-            lines.append(f"GPU{g.index} {g.sm}{src}: {reasons[0]}")
+            good.append((g.index, f"{g.sm}{src}: {reasons[0]}"))
         else:
-            bad.append(f"GPU{g.index} {g.name} is {g.sm}{src}; the image carries code for "
-                       f"{', '.join(facts.archs)} only, and no cubin runs across majors or on "
-                       f"an older minor")
+            bad.append((g.index, f"{g.name} is {g.sm}{src}"))
     if bad:
-        hint = "; build an image for this GPU's arch (a target whose archs include it)"
-        return Verdict("arch", FAIL, "; ".join(bad) + hint)
-    return Verdict("arch", PASS, _collapse(lines))
+        return Verdict("arch", FAIL,
+                       _grouped(bad) + f"; the image carries code for {', '.join(facts.archs)} "
+                       f"only, and no cubin runs across majors or on an older minor; build an "
+                       f"image whose archs include this GPU's")
+    return Verdict("arch", PASS, _grouped(good))
 
 
-def _collapse(lines: list[str]) -> str:
-    # Eight identical GPUs should read as one line, not eight.
-    if len(lines) > 1 and len({ln.split(" ", 1)[1] for ln in lines}) == 1:
-        first = lines[0].split(" ", 1)
-        return f"GPU0-{len(lines) - 1} {first[1]}"
-    return "; ".join(lines)
+def _grouped(items: list[tuple[int, str]]) -> str:
+    """[(0, x), (1, x), (3, y)] -> "GPU0-1 x; GPU3 y": eight identical GPUs read as one line."""
+    groups: dict[str, list[int]] = {}
+    for index, text in items:
+        groups.setdefault(text, []).append(index)
+    out = []
+    for text, idx in groups.items():
+        contiguous = idx == list(range(idx[0], idx[0] + len(idx)))
+        which = (f"GPU{idx[0]}-{idx[-1]}" if contiguous and len(idx) > 1
+                 else "GPU" + ",".join(map(str, idx)))
+        out.append(f"{which} {text}")
+    return "; ".join(out)
 
 
 def check_driver(facts: ImageFacts, host: Host) -> Verdict:
@@ -710,8 +720,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"preflight: {args.facts}: {e}", file=sys.stderr)
         return 2
     runner = recording_runner(args.recording) if args.recording else None
-    report = run(facts, nvidia_smi=args.nvidia_smi, runner=runner,
-                 model_dir=args.model_dir or default_model_dir())
+    try:
+        report = run(facts, nvidia_smi=args.nvidia_smi, runner=runner,
+                     model_dir=args.model_dir or default_model_dir())
+    except Exception as e:  # noqa: BLE001 - a bug here must not read as a failed host (exit 1)
+        print(f"preflight: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -737,11 +751,19 @@ if [ "${IMGBUILD_PREFLIGHT:-1}" != "0" ]; then
     if [ -z "$py" ]; then
         if command -v python >/dev/null 2>&1; then py=python; else py=python3; fi
     fi
-    if ! "$py" "${IMGBUILD_PREFLIGHT_SCRIPT:-/opt/imgbuild/preflight.py}" \
-            --facts "${IMGBUILD_FACTS:-/opt/imgbuild/image.json}"; then
+    "$py" "${IMGBUILD_PREFLIGHT_SCRIPT:-/opt/imgbuild/preflight.py}" \
+        --facts "${IMGBUILD_FACTS:-/opt/imgbuild/image.json}"
+    rc=$?
+    if [ "$rc" -eq 1 ]; then
+        # 1: a check failed. The server would not start, or would die after the download.
         echo "imgbuild: preflight failed; the server was not started." >&2
-        echo "imgbuild: fix the host, or start anyway with IMGBUILD_PREFLIGHT=0 (docker run -e IMGBUILD_PREFLIGHT=0 ...) or --no-preflight as the first argument." >&2
+        echo "imgbuild: fix the host, or start anyway with IMGBUILD_PREFLIGHT=0" \
+             "(docker run -e IMGBUILD_PREFLIGHT=0 ...) or --no-preflight as the first argument." >&2
         exit 1
+    elif [ "$rc" -ne 0 ]; then
+        # 2: bad facts file, 3: preflight's own error, 127: no python. The check is advice;
+        # its own breakage must not keep a working server from starting.
+        echo "imgbuild: preflight could not run (exit $rc); starting the server without it." >&2
     fi
 fi
 if [ "$#" -eq 0 ]; then
