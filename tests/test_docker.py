@@ -188,3 +188,30 @@ def test_push_without_registry_host_is_bad_input():
                      env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert r.returncode == 2, r.stderr
     assert "--push needs a registry" in r.stderr and "127.0.0.1:5000/imgbuild" in r.stderr
+
+
+def test_entrypoint_runs_preflight_then_the_command(built, docker_client):
+    """The image's default entrypoint checks the host first; with no GPU here every GPU check
+    says skip (never pass), and the command still runs."""
+    import subprocess
+
+    ref = built["content_tag"]
+    r = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", ref,
+                        "python", "-c", "print('server started')"],
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "server started" in out
+    before = out.split("server started")[0]
+    # A CPU image runs on any arch (a pass); nothing about GPUs may pass without a GPU.
+    assert "SKIP  nvidia-smi" in before and "SKIP  driver" in before
+    assert "SKIP  gpus free" in before and "PASS  driver" not in before
+    assert before.index("preflight: ok") < out.index("server started")
+    facts = json.loads(subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", ref,
+         "/opt/imgbuild/image.json"], capture_output=True, text=True, check=True).stdout)
+    assert facts["archs"] == ["cpu"]
+    r = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", ref,
+                        "--no-preflight", "python", "-c", "print('direct')"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "direct" and "nvidia-smi" not in r.stderr
