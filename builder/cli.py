@@ -229,7 +229,7 @@ def cmd_build(args) -> int:
                        push=args.push, rebuild=args.rebuild, wheels=wheels, lock_dir=lock_dir,
                        run_smoke=not args.no_smoke, console=c, log=log,
                        log_dir=Path(args.log_dir) if args.log_dir else None,
-                       no_cache=args.no_cache)
+                       no_cache=args.no_cache, force=args.force)
     if args.json:
         ui.print_json(out.to_dict())
         return EXIT_OK
@@ -241,7 +241,11 @@ def cmd_build(args) -> int:
     if out.smoke:
         rows.append(("smoke", ("passed" if out.smoke.ok else "FAILED") + "; " + ", ".join(
             f"{s['name']} {s['status']} {s.get('duration_s', 0):.1f}s" for s in out.smoke.stages)))
-    rows.append(("tags", "\n".join(out.plan.refs)))
+    rows.append(("tags", "\n".join([out.plan.ref()] + list(out.moved))))
+    if out.held:
+        rows.append(("not moved", f"{', '.join(out.plan.tags)}: {out.held}"))
+    if out.report_ref:
+        rows.append(("smoke report", out.report_ref))
     if out.pushed:
         rows.append(("pushed", "\n".join(out.pushed)))
     ui.kv(f"{out.plan.target}: {out.action}", rows)
@@ -259,7 +263,13 @@ def cmd_pull(args) -> int:
     if args.json:
         ui.print_json(out.to_dict())
     else:
+        rep = out.report
+        smoke_row = ("no smoke report stored for this digest: moving tags not set" if rep is None
+                     else ("passed" if rep.get("ok") else "FAILED (tags moved with --force)"
+                           if rep.get("forced") else "FAILED") + "; " + ", ".join(
+                               f"{s_['name']} {s_['status']}" for s_ in rep.get("stages", [])))
         ui.kv(f"pulled {out.plan.target}", [("image", out.ref), ("digest", out.digest),
+                                            ("smoke", smoke_row),
                                             ("tags", "\n".join(out.plan.refs))])
     return EXIT_OK
 
@@ -380,7 +390,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--registry")
     s.add_argument("--push", action="store_true")
     s.add_argument("--rebuild", action="store_true", help="build even if the content tag exists")
-    s.add_argument("--no-smoke", action="store_true", help="skip the smoke test (tags still move)")
+    s.add_argument("--no-smoke", action="store_true",
+                   help="skip the smoke test (then only the content tag is set)")
+    s.add_argument("--force", action="store_true",
+                   help="move the moving tags even if the smoke test fails (loud; labelled "
+                        "io.imgbuild.smoke-gate=forced, so it has a content tag of its own)")
     s.add_argument("--no-cache", action="store_true",
                    help="run every build step again (BuildKit's layer cache unused; uv's kept)")
     s.add_argument("--log-dir", help="keep the full build log here")

@@ -30,6 +30,9 @@ class Outcome:
     smoke: smoke.SmokeReport | None = None
     pushed: tuple[str, ...] = ()  # ref@digest
     build: build_mod.BuildResult | None = None
+    moved: tuple[str, ...] = ()  # moving tags set (locally, and in the registry when pushed)
+    held: str | None = None  # why the moving tags were not moved
+    report_ref: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -37,6 +40,7 @@ class Outcome:
             "content_tag": self.plan.ref(), "refs": list(self.plan.refs),
             "seconds": round(self.seconds, 1), "size_bytes": self.size_bytes,
             "smoke": self.smoke.to_dict() if self.smoke else None, "pushed": list(self.pushed),
+            "moved": list(self.moved), "held": self.held, "report": self.report_ref,
             "build": None if self.build is None else {
                 "seconds": round(self.build.seconds, 1), "steps": self.build.steps,
                 "cached_steps": self.build.cached_steps},
@@ -55,13 +59,14 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
                  archs: tuple[str, ...] | None = None, flavor: str | None = None,
                  push: bool, rebuild: bool, wheels: Path | None, lock_dir: Path,
                  run_smoke: bool = True, console=None, log=print,
-                 log_dir: Path | None = None, no_cache: bool = False) -> Outcome:
+                 log_dir: Path | None = None, no_cache: bool = False,
+                 force: bool = False) -> Outcome:
     from docker.errors import ImageNotFound
 
     start = time.monotonic()
     repo = _repo(registry_name, push)
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
-                     repository=repo.name, archs=archs, flavor=flavor)
+                     repository=repo.name, archs=archs, flavor=flavor, forced=force)
     lock = read_lock(lock_dir / Path(plan.lock_path).name)
     # Before anything is built: a symbol the engine uses that its locked dependency lacks
     # would fail at model load, after the download. Needs no Docker, so it comes first.
@@ -104,34 +109,67 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
                                                 smoke_model_dir=smoke_dir)
             flags = build_mod.index_flags(plan, bool(carried))
             log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
-            result = build_mod.docker_build(plan, ctx, secrets=build_mod.Secrets.from_host(),
-                                            flags=flags, console=console, log_path=log_path,
-                                            no_cache=no_cache)
+            try:
+                result = build_mod.docker_build(plan, ctx, secrets=build_mod.Secrets.from_host(),
+                                                flags=flags, console=console, log_path=log_path,
+                                                no_cache=no_cache)
+            except JobFailed as e:
+                unreachable = [u for u in plan.extra_index_urls
+                               if any(f"Failed to fetch: {u}" in ln for ln in e.log_tail)]
+                if unreachable and not carried:
+                    e.hint = (f"{unreachable[0]} is out of reach from the build; a local "
+                              "directory holding the same wheels can stand in for it: "
+                              "--wheels DIR (or IMGBUILD_WHEELS)")
+                raise
         img = client.images.get(plan.ref())
-        if run_smoke and plan.smoke_model:
-            report = smoke.run(plan.ref())
-            if not report.ok:
-                # The content tag must not claim a finished image: move it aside.
-                failed_ref = plan.ref(plan.content_tag + "-smoke-failed")
-                img.tag(*failed_ref.rsplit(":", 1))
-                client.images.remove(plan.ref())
-                raise JobFailed(
-                    f"smoke test failed for {plan.target}; no tag was moved",
-                    facts=[f"{s['name']}: {s['status']}: {s.get('reason') or ''}"
-                           for s in report.stages],
-                    hint=f"the image is kept as {failed_ref} to inspect; "
-                         f"`imgbuild smoke {failed_ref}` reruns the check")
-    for t in plan.tags:
-        img.tag(plan.repository, t)
+    stored = registry.fetch_report(repo, registry.manifest_digest(repo, plan.content_tag)) \
+        if action == "pulled" else None
+    if stored is not None:
+        report = smoke.SmokeReport(plan.ref(), bool(stored.get("ok")),
+                                   tuple(stored.get("stages", [])), 0.0, stored)
+    elif run_smoke and plan.smoke_model:
+        report = smoke.run(plan.ref())
+    if report is not None and not report.ok:
+        facts = [f"{s_['name']}: {s_['status']}: {s_.get('reason') or ''}" for s_ in report.stages]
+        if not force:
+            # The content tag must not claim a finished, good image: move it aside.
+            failed_ref = plan.ref(plan.content_tag + "-smoke-failed")
+            img.tag(*failed_ref.rsplit(":", 1))
+            client.images.remove(plan.ref())
+            raise JobFailed(
+                f"smoke test failed for {plan.target}; no tag was moved", facts=facts,
+                hint=f"the image is kept as {failed_ref} to inspect; "
+                     f"`imgbuild smoke {failed_ref}` reruns the check")
+        log(f"[bold red]FORCED[/]: the smoke test FAILED for {plan.ref()} and --force moves "
+            "its tags anyway; the image is labelled io.imgbuild.smoke-gate=forced")
+    gate_ok = report is not None and (report.ok or force)
+    held = None if gate_ok else (
+        "no smoke test ran (--no-smoke)" if plan.smoke_model else "the target has no smoke model")
+    if not gate_ok and force:
+        gate_ok, held = True, None
     pushed: list[str] = []
+    report_ref = None
     if push:
-        # Content tag first, moving tags after: a moving tag never points at something the
-        # registry does not fully hold.
-        for ref in plan.refs:
-            pushed.append(f"{ref}@{registry.push(client, ref)}")
+        # The content tag first, then the report that refers to its digest, then the moving
+        # tags: a moving tag never points at something the registry does not fully hold, nor
+        # at an image without a passing report.
+        digest = registry.push(client, plan.ref())
+        pushed.append(f"{plan.ref()}@{digest}")
+        if report is not None:
+            report_ref = f"{repo.name}:" + registry.push_report(
+                repo, digest, report.to_dict() | {"ok": report.ok, "forced": force})
+    moved: list[str] = []
+    if gate_ok:
+        for t in plan.tags:
+            img.tag(plan.repository, t)
+            moved.append(plan.ref(t))
+            if push:
+                pushed.append(f"{plan.ref(t)}@{registry.push(client, plan.ref(t))}")
+    elif held:
+        log(f"moving tags not moved: {held}")
     img.reload()
     return Outcome(plan, action, img.id, time.monotonic() - start, img.attrs.get("Size", 0),
-                   report, tuple(pushed), result)
+                   report, tuple(pushed), result, tuple(moved), held, report_ref)
 
 
 def _quietly(fn, log, what: str):
@@ -168,10 +206,12 @@ class PullOutcome:
     ref: str
     digest: str
     registry_digest: str
+    report: dict | None = None
 
     def to_dict(self) -> dict:
         return {"target": self.plan.target, "ref": self.ref, "digest": self.digest,
-                "registry_digest": self.registry_digest, "refs": list(self.plan.refs)}
+                "registry_digest": self.registry_digest, "refs": list(self.plan.refs),
+                "smoke_report": self.report}
 
 
 def pull_target(cat: Catalog, target: str, *, model: str | None, registry_name: str,
@@ -192,6 +232,8 @@ def pull_target(cat: Catalog, target: str, *, model: str | None, registry_name: 
         raise JobFailed(f"pulled {plan.ref()} by digest {got}, but the registry holds {want}",
                         hint="the tag moved during the pull; pull again")
     img = client.images.get(plan.ref())
-    for t in plan.tags:
-        img.tag(plan.repository, t)
-    return PullOutcome(plan, plan.ref(), got, want)
+    report = registry.fetch_report(repo, got)
+    if report is not None and (report.get("ok") or report.get("forced")):
+        for t in plan.tags:
+            img.tag(plan.repository, t)
+    return PullOutcome(plan, plan.ref(), got, want, report)

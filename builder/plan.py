@@ -57,6 +57,7 @@ class Plan:
     smoke_model: str | None
     smoke_model_key: str | None
     repository: str
+    forced: bool = False  # --force: moving tags move even if the smoke test fails
     content_key: str = ""
     content_tag: str = ""
     tags: tuple[str, ...] = ()
@@ -115,7 +116,7 @@ def _smoke_key(cat: Catalog, target: Target) -> str | None:
 def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
               lock_dir: Path, wheels: Path | None = None, repository: str = "imgbuild",
               resolve: bool = True, archs: tuple[str, ...] | None = None,
-              flavor: str | None = None) -> Plan:
+              flavor: str | None = None, forced: bool = False) -> Plan:
     """Compute the Plan. Resolves (and writes) the lock only when it is missing or stale.
 
     archs / flavor override the target's (`--arch`, `--flavor`); the lock does not depend on
@@ -161,7 +162,7 @@ def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
         heavy_packages=tuple(f"{p.name}=={p.version}" for p in lock.packages if p.heavy),
         overrides=target.overrides, patches=target.patches,
         extra_index_urls=req.extra_index_urls, smoke_model=target.smoke_model,
-        smoke_model_key=_smoke_key(cat, target), repository=repository,
+        smoke_model_key=_smoke_key(cat, target), repository=repository, forced=forced,
     )
     return finalize(draft, lock)
 
@@ -187,6 +188,8 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
         f"{LABEL_NS}.model-size-gb": f"{draft.model_size_gb:g}" if draft.model_size_gb else "none",
         f"{LABEL_NS}.tp": str(draft.tensor_parallel or "none"),
         f"{LABEL_NS}.smoke-model": draft.smoke_model_key or "none",
+        # A forced image says so in its own metadata, and gets a content key of its own.
+        f"{LABEL_NS}.smoke-gate": "forced" if draft.forced else "required",
     }
     with_labels = replace(draft, labels=tuple(sorted(labels.items())))
     dockerfile = render.dockerfile(with_labels)

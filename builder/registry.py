@@ -111,3 +111,86 @@ def pull(client, ref: str) -> str:
         if rd.startswith(repo + "@"):
             return rd.split("@", 1)[1]
     raise JobFailed(f"pulled {ref} but the engine recorded no digest for it")
+
+
+# --- smoke reports stored beside the image ------------------------------------------------
+# An OCI artifact whose config blob is the report, tagged by the image's digest
+# (`sha256-<hex>.smoke`, the OCI 1.1 tag-schema way of referring to a manifest), so any
+# registry that stores OCI manifests keeps it and `imgbuild pull` finds it from the digest.
+
+REPORT_TYPE = "application/vnd.imgbuild.smoke-report.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def report_tag(digest: str) -> str:
+    return digest.replace(":", "-") + ".smoke"
+
+
+def _put_blob(repo: Repository, data: bytes) -> str:
+    import hashlib
+
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    base = f"{repo.base_url}/v2/{repo.path}/blobs"
+    try:
+        if requests.head(f"{base}/{digest}", timeout=10).status_code == 200:
+            return digest
+        start = requests.post(f"{base}/uploads/", timeout=10)
+        start.raise_for_status()
+        loc = start.headers["Location"]
+        url = loc if loc.startswith("http") else repo.base_url + loc
+        sep = "&" if "?" in url else "?"
+        done = requests.put(f"{url}{sep}digest={digest}", data=data, timeout=30,
+                            headers={"Content-Type": "application/octet-stream"})
+        done.raise_for_status()
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None
+    return digest
+
+
+def push_report(repo: Repository, image_digest: str, report: dict) -> str:
+    """Store a smoke report as an artifact that refers to image_digest; return its tag."""
+    import json
+
+    body = json.dumps(report, indent=2, sort_keys=True).encode()
+    cfg = _put_blob(repo, body)
+    empty = _put_blob(repo, b"{}")
+    manifest = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": REPORT_TYPE,
+        "config": {"mediaType": REPORT_TYPE, "digest": cfg, "size": len(body)},
+        "layers": [{"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2}],
+        "subject": {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                    "digest": image_digest},
+        "annotations": {"io.imgbuild.smoke.ok": str(bool(report.get("ok"))).lower()},
+    }
+    tag = report_tag(image_digest)
+    try:
+        r = requests.put(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
+                         data=json.dumps(manifest).encode(),
+                         headers={"Content-Type": OCI_MANIFEST}, timeout=30)
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None
+    if r.status_code not in (200, 201):
+        raise JobFailed(f"registry {repo.host} refused the smoke report ({r.status_code})",
+                        facts=[r.text[:300]], hint="the image was pushed; its tags were not moved")
+    return tag
+
+
+def fetch_report(repo: Repository, image_digest: str) -> dict | None:
+    """The smoke report stored for image_digest, or None when there is none."""
+    import json
+
+    if repo.host is None:
+        return None
+    tag = report_tag(image_digest)
+    try:
+        m = requests.get(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
+                         headers={"Accept": OCI_MANIFEST}, timeout=10)
+        if m.status_code == 404:
+            return None
+        m.raise_for_status()
+        cfg = m.json()["config"]["digest"]
+        b = requests.get(f"{repo.base_url}/v2/{repo.path}/blobs/{cfg}", timeout=10)
+        b.raise_for_status()
+        return json.loads(b.content)
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None

@@ -74,6 +74,9 @@ def test_pulled_digest_equals_pushed(built, registry_repo):
     pushed = built["pushed"][0].split("@")[1]
     doc = _json(run_imgbuild("pull", "tiny-cpu", "--registry", registry_repo, "--json"))
     assert doc["digest"] == pushed == doc["registry_digest"]
+    # The smoke report travelled with the image, found from its digest.
+    rep = doc["smoke_report"]
+    assert rep["ok"] is True and {s["name"] for s in rep["stages"]} >= {"environment", "checkpoint-cpu"}
 
 
 def test_smoke_command_on_the_pushed_image(built, registry_repo):
@@ -215,3 +218,34 @@ def test_entrypoint_runs_preflight_then_the_command(built, docker_client):
                         "--no-preflight", "python", "-c", "print('direct')"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "direct" and "nvidia-smi" not in r.stderr
+
+
+def test_failed_smoke_moves_no_tag_and_force_is_loud(base_image, images_copy, registry_repo,
+                                                     docker_client):
+    """A real broken image: transformers 4.57 loads compressed-tensors checkpoints only with
+    accelerate installed, which this variant lacks, so the smoke test's load fails."""
+    from builder.registry import Repository, fetch_report, manifest_digest
+
+    spec = (images_copy / "tiny-cpu.yaml").read_text().replace('version: "5.17.0"', 'version: "4.57.6"')
+    (images_copy / "tiny-broken.yaml").write_text(spec)
+    repo = Repository.parse(registry_repo)
+    r = run_imgbuild("tiny-broken", "--images", str(images_copy), "--registry", registry_repo,
+                     "--push")
+    assert r.returncode == 1, r.stderr
+    assert "smoke test failed for tiny-broken; no tag was moved" in r.stderr
+    assert "checkpoint-cpu: fail" in r.stderr
+    for tag in ("tiny-broken", "tiny-broken-transformers4.57.6"):
+        assert manifest_digest(repo, tag) is None
+    plan = _json(run_imgbuild("plan", "tiny-broken", "--images", str(images_copy), "--json",
+                              "--no-checks", "--registry", registry_repo))
+    assert manifest_digest(repo, plan["content_tag"]) is None
+    # --force moves them, says so, and marks the image.
+    r = run_imgbuild("tiny-broken", "--images", str(images_copy), "--registry", registry_repo,
+                     "--push", "--force", "--json")
+    doc = _json(r)
+    assert doc["content_tag"] != plan["refs"][0]  # a forced image has a content key of its own
+    assert docker_client.images.get(doc["content_tag"]).labels["io.imgbuild.smoke-gate"] == "forced"
+    digest = manifest_digest(repo, "tiny-broken")
+    assert digest and doc["pushed"][0].endswith(digest)
+    rep = fetch_report(repo, digest)
+    assert rep["ok"] is False and rep["forced"] is True
