@@ -278,7 +278,7 @@ def cmd_smoke(args) -> int:
     from . import dockerenv, smoke
 
     dockerenv.client()
-    rep = smoke.run(args.image)
+    rep = smoke.run(args.image, gpu=args.gpu)
     if args.json:
         ui.print_json(rep.to_dict() | {"ok": rep.ok})
     else:
@@ -406,6 +406,9 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_pull)
     s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
     s.add_argument("image")
+    s.add_argument("--gpu", choices=("auto", "off", "require"), default="auto",
+                   help="stage 4, the image's engine on a GPU: auto where there is one, "
+                        "require turns a GPU skip into a failure")
     s.set_defaults(func=cmd_smoke)
     s = sub.add_parser("preflight", parents=[common, select],
                        help="check this host (GPUs, driver, memory, disk) for an image or target")

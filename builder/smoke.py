@@ -25,21 +25,40 @@ class SmokeReport:
                 "stages": list(self.stages)}
 
 
-def run(image: str, timeout: int = 900) -> SmokeReport:
-    """Run the payload with no network: a smoke test must not depend on anything outside."""
+def host_has_gpu_runtime() -> bool:
+    """Whether `docker run --gpus all` can work here: the NVIDIA runtime and a driver."""
+    import shutil
+
+    info = run_cli(["info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True)
+    return "nvidia" in info.stdout and shutil.which("nvidia-smi") is not None
+
+
+def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
+    """Run the payload with no network: a smoke test must not depend on anything outside.
+
+    gpu: auto runs stage 4 (the image's engine on a GPU) where this host has one; off skips
+    it; require fails the report when no GPU can be had.
+    """
     start = time.monotonic()
+    engine = None
+    insp = run_cli(["image", "inspect", "--format", '{{index .Config.Labels "io.imgbuild.engine"}}',
+                    image], capture_output=True, text=True)
+    if insp.returncode != 0:
+        raise InputError(f"image {image} is not here", hint="build or pull it first")
+    engine = insp.stdout.strip().split("==")[0] or None
+    gpus = ["--gpus", "all"] if gpu != "off" and host_has_gpu_runtime() else []
+    args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
+            "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, "--json"]
+    if engine in ("sglang", "vllm", "transformers"):
+        args += ["--engine", engine]
     try:
         # --entrypoint: the smoke test checks the image, not this host (that is preflight's job).
-        proc = run_cli(["run", "--rm", "--network", "none", "--entrypoint", "python", image,
-                        f"{render.ASSETS}/smoke.py", "--lock", f"{render.ASSETS}/lock.txt",
-                        "--model", f"{render.ASSETS}/smoke-model", "--json"],
+        proc = run_cli(["run", "--rm", "--network", "none", *gpus, "--entrypoint", "python",
+                        image, f"{render.ASSETS}/smoke.py", *args],
                        capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return _failed(image, start, f"timed out after {timeout} s")
     secs = time.monotonic() - start
-    if proc.returncode == 125 and "Unable to find image" in proc.stderr or \
-            "No such image" in proc.stderr:
-        raise InputError(f"image {image} is not here", hint="build or pull it first")
     try:
         raw = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:

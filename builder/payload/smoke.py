@@ -786,7 +786,124 @@ def _skipped(name: str, reason: str) -> dict[str, Any]:
     return {"name": name, "status": SKIPPED, "reason": reason, "duration_s": 0.0, "details": {}}
 
 
-def run_smoke(lock: Path | None, model: Path | None) -> dict[str, Any]:
+# ----------------------------------------------------------------------------------------------
+# Stage 4: the image's own engine on a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+def _image_facts(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _arch_ok(archs: list[str], cap: tuple[int, int]) -> str | None:
+    """The image arch that runs on a GPU of capability cap (same major, minor <= the GPU's)."""
+    for a in sorted(archs, reverse=True):
+        digits = "".join(ch for ch in a if ch.isdigit())
+        if len(digits) >= 2 and int(digits[:-1]) == cap[0] and int(digits[-1]) <= cap[1]:
+            return a
+    return None
+
+
+def engine_generate(engine: str, model_dir: Path, prompt_ids: list[list[int]],
+                    max_new_tokens: int) -> list[list[int]]:
+    """Greedy tokens from the serving engine itself (sglang.Engine / vllm.LLM) on the GPU."""
+    if engine == "sglang":
+        import sglang
+
+        eng = sglang.Engine(model_path=str(model_dir), tp_size=1, mem_fraction_static=0.3,
+                            disable_cuda_graph=True, random_seed=0, log_level="error")
+        try:
+            outs = eng.generate(input_ids=prompt_ids, sampling_params={
+                "temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True})
+            return [list(o["output_ids"]) for o in outs]
+        finally:
+            eng.shutdown()
+    if engine == "vllm":
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(model=str(model_dir), max_model_len=256, enforce_eager=True,
+                  gpu_memory_utilization=0.3, seed=0)
+        outs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids],
+                            SamplingParams(temperature=0.0, max_tokens=max_new_tokens,
+                                           ignore_eos=True))
+        return [list(o.outputs[0].token_ids) for o in outs]
+    # transformers: the CPU stage's loader, on the GPU.
+    import torch
+
+    model, _ = load_model(model_dir)
+    model = model.to("cuda")
+    out = []
+    for ids in prompt_ids:
+        gen = model.generate(torch.tensor([ids], device="cuda"), max_new_tokens=max_new_tokens,
+                             do_sample=False)
+        out.append(gen[0, len(ids):].tolist())
+    return out
+
+
+def check_gpu(model_dir: Path, facts: dict[str, Any], engine: str, mode: str
+              ) -> tuple[str, str, dict[str, Any]]:
+    """pass / fail / skipped with the reason; `mode` is auto | require (off never gets here)."""
+    try:
+        import torch
+    except ImportError:
+        return SKIPPED, "skipped: no torch in the image", {}
+    if not torch.cuda.is_available():
+        if mode == "require":
+            return FAIL, "no GPU visible in the container, and --gpu require", {}
+        return SKIPPED, "skipped: no GPU", {}
+    cap = torch.cuda.get_device_capability(0)
+    name = torch.cuda.get_device_name(0)
+    sm = f"sm{cap[0]}{cap[1]}"
+    details: dict[str, Any] = {"gpu": name, "sm": sm, "engine": engine}
+    archs = facts.get("archs") or []
+    by = _arch_ok(archs, cap)
+    if by is None:
+        return FAIL, f"{name} is {sm}; the image is built for {', '.join(archs)}", details
+    ref = json.loads((model_dir / REFERENCE_DIR / REFERENCE_JSON).read_text())
+    if engine in ("sglang", "vllm") and ref.get("activations") and cap[0] not in (10, 12):
+        # The engines' w4a4 NVFP4 kernels need FP4 tensor cores; transformers emulates them.
+        why = f"skipped: {sm} cannot run w4a4 NVFP4 (needs sm100/sm120 families)"
+        return (FAIL if mode == "require" else SKIPPED), why, details
+    prompts = ref["prompts"]
+    n = int(ref["spec"].get("generate_tokens", 8))
+    got = engine_generate(engine, model_dir, [p["input_ids"] for p in prompts], n)
+    rows = []
+    ok = True
+    for p, toks in zip(prompts, got):
+        # The engine runs real FP4 kernels; the reference computed the same math on the CPU.
+        # Tokens are compared up to the first step where the reference's top-2 margin was
+        # too small to decide (there rounding may legitimately pick the other token).
+        want = p["generated"]
+        decisive = decisive_prefix(p.get("generate_margins", []), 2 * float(ref["logits_atol"]))
+        match = toks[:decisive] == want[:decisive]
+        ok &= match
+        rows.append({"want": want, "got": toks, "decisive": decisive, "match": match})
+    details["prompts"] = rows
+    if not ok:
+        return FAIL, f"{engine} on {name}: greedy tokens differ from the reference", details
+    return PASS, f"{engine} on {name} ({sm}, image arch {by}) generated the reference tokens", details
+
+
+def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",
+              facts: Path | None = None, engine: str | None = None) -> dict[str, Any]:
+    report = _run_cpu_stages(lock, model)
+    stages = report["stages"]
+    f = _image_facts(facts) if facts else {}
+    eng = engine or f.get("engine") or "transformers"
+    if gpu == "off":
+        stages.append(_skipped("gpu-engine", "skipped: --gpu off"))
+    elif model is None or not model.is_dir():
+        stages.append(_skipped("gpu-engine", "skipped: no smoke model"))
+    else:
+        stages.append(_stage("gpu-engine", lambda: check_gpu(model, f, eng, gpu)))
+    report["ok"] = all(s["status"] != FAIL for s in stages)
+    return report
+
+
+def _run_cpu_stages(lock: Path | None, model: Path | None) -> dict[str, Any]:
     """Run every stage; the report is plain data (also what --json prints)."""
     # The image has no network; a hub lookup would hang or fail, never help.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -835,8 +952,13 @@ def main(argv: list[str] | None = None) -> int:
         "--model", type=Path, help="smoke checkpoint directory (with imgbuild-reference/)"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--gpu", choices=("auto", "off", "require"), default="off",
+                        help="stage 4, the engine on a GPU: auto runs it where a GPU is, "
+                             "require fails without one")
+    parser.add_argument("--facts", type=Path, help="the image's facts (archs, engine)")
+    parser.add_argument("--engine", choices=("sglang", "vllm", "transformers"))
     args = parser.parse_args(argv)
-    report = run_smoke(args.lock, args.model)
+    report = run_smoke(args.lock, args.model, gpu=args.gpu, facts=args.facts, engine=args.engine)
     print(json.dumps(report, indent=2) if args.json else format_human(report))
     return 0 if report["ok"] else 1
 
