@@ -456,12 +456,21 @@ def via(lock: Lockfile, name: str) -> list[str]:
         m = re.match(r"^\s+#\s+via(?:\s+(.*))?$", line)
         if m:
             if m.group(1):
-                out.append(m.group(1).strip())
+                out.append(_readable_via(m.group(1).strip(), lock))
             continue
         m = re.match(r"^\s+#\s{2,}(\S.*)$", line)
         if m:
-            out.append(m.group(1).strip())
+            out.append(_readable_via(m.group(1).strip(), lock))
     return out
+
+
+def _readable_via(text: str, lock: Lockfile) -> str:
+    """uv names the overrides file it was given; the user wrote the override in the target."""
+    if text.startswith("--override"):
+        return f"an override in images/{lock.target}.yaml"
+    if text.startswith("-r ") or text == "requirements.in":
+        return f"images/{lock.target}.yaml"
+    return text
 
 
 def _requirement_on(meta: dict[str, list[str]], provider: str) -> str | None:

@@ -112,3 +112,24 @@ def test_check_deps_clean_for_shipped_targets():
         r = run_imgbuild("check-deps", t, "--model", "k2.6", "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         assert json.loads(r.stdout)["ok"] is True
+
+
+@pytest.mark.live
+def test_broken_image_sglang_with_compressed_tensors_081_is_refused_before_building(tmp_path):
+    """Issue 6's first broken image: SGLang 0.5.23 with compressed-tensors 0.8.1 forced in
+    (vLLM 0.6.6's pin). The build stops at the drift check, naming nvfp4_pack_quantized, before
+    any Docker work (no daemon is even asked)."""
+    images = tmp_path / "images"
+    shutil.copytree(ROOT / "images", images)
+    (images / "sglang-ct081.yaml").write_text(
+        "engine: {name: sglang, version: '0.5.23'}\narchs: [sm100, sm120]\n"
+        "os: debian-bookworm\nflavor: slim\nsmoke: {model: tiny-nvfp4}\n"
+        "overrides:\n  - requirement: compressed-tensors==0.8.1\n"
+        "    reason: vLLM 0.6.6's pin, the combination that must be refused\n")
+    r = run_imgbuild("sglang-ct081", "--images", str(images),
+                     env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 1, r.stderr
+    assert "CompressionFormat.nvfp4_pack_quantized" in r.stderr
+    assert "sglang/srt/layers/quantization/compressed_tensors/utils.py:" in r.stderr
+    assert "an override in images/sglang-ct081.yaml" in r.stderr
+    assert "'compressed-tensors>=0.10.0'" in r.stderr

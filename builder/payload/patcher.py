@@ -208,13 +208,19 @@ def _nearest(found: list[int], expected: int) -> int:
 
 
 def _mismatch(lines: list[str], block: list[str], at: int) -> str:
-    """Where the old side and the file part ways, near the expected position."""
-    at = max(0, min(at, len(lines)))
+    """Why the original side is not in the file: where it comes closest, and the first line
+    that differs there."""
+    best, best_score = max(0, min(at, len(lines))), -1
+    for p in range(0, max(1, len(lines) - len(block) + 1)):
+        score = sum(1 for k, want in enumerate(block) if p + k < len(lines) and lines[p + k] == want)
+        if score > best_score or (score == best_score and abs(p - at) < abs(best - at)):
+            best, best_score = p, score
     for k, want in enumerate(block):
-        got = lines[at + k] if at + k < len(lines) else None
+        got = lines[best + k] if best + k < len(lines) else None
         if got != want:
             shown = "end of file" if got is None else repr(got.rstrip("\r\n"))
-            return (f"line {at + k + 1}: expected {want.rstrip(chr(13) + chr(10))!r}, "
+            return (f"closest at line {best + 1} ({best_score} of {len(block)} lines match); "
+                    f"line {best + k + 1}: expected {want.rstrip(chr(13) + chr(10))!r}, "
                     f"found {shown}")
     return "the context is ambiguous"
 
@@ -610,7 +616,7 @@ def decide(doc: dict, site: Path, overlay: dict[str, str], previous: dict | None
             errors.append(o.error)
         return Decision(pid, pkg, ver, FAILS, f"patch {pid}: " + "; ".join(errors),
                         matching[0]["versions"], files=files)
-    for v in variants:
+    for v in reversed(variants):  # the newest variant is the likeliest to match upstream
         if apply_variant(v["diff"], read).state == "present":
             return Decision(pid, pkg, ver, OBSOLETE,
                             f"{pkg} {ver} is outside {doc['versions']} and already has the "
