@@ -11,7 +11,8 @@ from pathlib import Path
 from . import ui
 from .errors import EXIT_FAILED, EXIT_OK, ImgbuildError, InputError
 
-COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "preflight", "base")
+COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "preflight", "doctor",
+            "check-model", "patches", "base")
 
 
 def _paths(args) -> tuple[Path | None, Path, Path | None]:
@@ -317,6 +318,19 @@ def cmd_preflight(args) -> int:
     return report.exit_code
 
 
+def cmd_doctor(args) -> int:
+    from . import doctor
+
+    text, label = doctor.read_log(args.log)
+    diags = doctor.diagnose(text, images=Path(args.images) if args.images else None)
+    if args.json:
+        ui.print_json(doctor.to_dict(diags, source=label))
+    else:
+        doctor.render(diags, ui.console(), source=label)
+    # A known failure found is the job's finding (1); nothing matched is not an error (0).
+    return EXIT_FAILED if diags else EXIT_OK
+
+
 def cmd_base(args) -> int:
     from . import base, dockerenv
     from .registry import Repository
@@ -418,6 +432,10 @@ def parser() -> argparse.ArgumentParser:
                    "there; default IMGBUILD_MODEL_DIR, else the Hugging Face cache)")
     s.add_argument("--nvidia-smi", help="the nvidia-smi binary to run")
     s.set_defaults(func=cmd_preflight)
+    s = sub.add_parser("doctor", parents=[common],
+                       help="match a server log or traceback against known failures")
+    s.add_argument("log", metavar="LOGFILE|-")
+    s.set_defaults(func=cmd_doctor)
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],

@@ -19,10 +19,11 @@ import functools
 import re
 import string
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -230,7 +231,8 @@ def _pattern(d: _Doc, *, near: bool) -> Pattern:
     if before < 0 or after < 0 or before + after == 0:
         raise SpecError(d.path, d.key("before" if before <= 0 else "after"),
                         "how many lines before and/or after the matched line to look "
-                        "(at least one of before, after above 0)", {"before": before, "after": after})
+                        "(at least one of before, after above 0)",
+                        {"before": before, "after": after})
     return Pattern(rx, contains, before, after, d.get("role", str, "context"))
 
 
@@ -275,7 +277,8 @@ def _parse_failure(d: _Doc) -> Fingerprint:
     d.reject_unknown(FAILURE_KEYS)
     fid = d.get("id", str)
     if not _ID.match(fid):
-        raise SpecError(d.path, d.key("id"), "a kebab-case id such as 'torch-arch-unsupported'", fid)
+        raise SpecError(d.path, d.key("id"), "a kebab-case id such as 'torch-arch-unsupported'",
+                        fid)
     severity = _severity(d, "error")
     alts = []
     raw_alts = d.get("match", list, what="a list of ways the failure shows (regex, contains)")
@@ -449,7 +452,8 @@ class _Group:
     related: list[Evidence] = field(default_factory=list)
 
 
-def _clean(text: str, prefixes: Sequence[LogPrefix]) -> tuple[list[str], list[str], list[str | None]]:
+def _clean(text: str,
+           prefixes: Sequence[LogPrefix]) -> tuple[list[str], list[str], list[str | None]]:
     """Each line as shown (colours off), its message (prefix off) and its TP rank."""
     shown: list[str] = []
     bodies: list[str] = []
@@ -528,8 +532,16 @@ def diagnose(text: str, fingerprints: Sequence[Fingerprint] | None = None,
     shown, bodies, ranks = _clean(text, prefixes)
     anchors = [(fi, alt, alt.line.contains, alt.line.regex)
                for fi, fp in enumerate(fingerprints) for alt in fp.alternatives]
+    # One pass in C finds the few lines that contain any fingerprint's literal at all.
+    needles = sorted({a[2] for a in anchors if a[2] is not None}, key=len, reverse=True)
+    if all(a[2] is not None for a in anchors) and needles:
+        any_needle = re.compile("|".join(map(re.escape, needles)))
+        candidates: Iterable[int] = [i for i, b in enumerate(bodies) if any_needle.search(b)]
+    else:
+        candidates = range(len(bodies))
     hits: list[_Hit] = []
-    for i, body in enumerate(bodies):
+    for i in candidates:
+        body = bodies[i]
         done: set[int] = set()
         for fi, alt, needle, rx in anchors:
             if needle is not None and needle not in body:
@@ -574,7 +586,7 @@ def _summarise(hits: list[_Hit]) -> list[Diagnosis]:
     for g in groups.values():
         by_id.setdefault(g.first.fp.id, []).append(g)
     dropped: set[str] = set()
-    for fid, gs in by_id.items():
+    for gs in by_id.values():
         for other in gs[0].first.fp.supersedes:
             if other in by_id and other not in dropped:
                 dropped.add(other)
@@ -590,7 +602,7 @@ def _summarise(hits: list[_Hit]) -> list[Diagnosis]:
         values["occurrences"] = str(g.count)
         values["ranks"] = _ranks_text(g.ranks)
         fill = _Blank(values)
-        captures = {k: v for k, v in _values(fp, h.captures).items()}
+        captures = _values(fp, h.captures)
         out.append(Diagnosis(
             id=fp.id, title=fp.title.format_map(fill), severity=g.severity,
             cause=fp.cause.format_map(fill), fix=fp.fix.format_map(fill),
@@ -645,6 +657,7 @@ def render(diags: Sequence[Diagnosis], console, *, source: str | None = None) ->
     console.print(Text(f"{n} known failure{'s' if n != 1 else ''} found{where}", style="bold"))
     for d in diags:
         body = Text()
+        body.append(d.title + "\n", style="bold")
         body.append("cause ", style="bold")
         body.append(d.cause + "\n")
         body.append("fix   ", style="bold cyan")
@@ -669,6 +682,5 @@ def render(diags: Sequence[Diagnosis], console, *, source: str | None = None) ->
         style = "red" if d.severity == "error" else "yellow"
         title = Text()
         title.append(d.severity, style=f"bold {style}")
-        title.append(f" {d.id}: ", style="bold")
-        title.append(d.title)
+        title.append(f" {d.id}", style="bold")
         console.print(Panel(body, title=title, title_align="left", border_style=style))

@@ -98,11 +98,28 @@ class Hunk:
         drop = "+" if side == "old" else "-"
         return [ln for t, ln in self.body[lo:hi] if t != drop]
 
+    def core_neighbours(self) -> tuple[str | None, str | None]:
+        """The context lines just before and after the changed span (None at the edges)."""
+        idx = [k for k, (t, _) in enumerate(self.body) if t != " "]
+        before = self.body[idx[0] - 1][1] if idx[0] > 0 else None
+        after = self.body[idx[-1] + 1][1] if idx[-1] + 1 < len(self.body) else None
+        return before, after
+
 
 @dataclass
 class FileDiff:
     path: str  # relative to site-packages
     hunks: list[Hunk]
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split at "\n" only (str.splitlines also splits at form feeds
+    and other separators that `diff` keeps inside a line)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
 
 
 def _strip_prefix(name: str) -> str:
@@ -114,7 +131,7 @@ def _strip_prefix(name: str) -> str:
 
 def parse_diff(text: str) -> list[FileDiff]:
     """Parse a unified diff strictly; raise ValueError with the line number on anything odd."""
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     files: list[FileDiff] = []
     i = 0
     while i < len(lines):
@@ -235,7 +252,7 @@ class FileResult:
 
 def apply_file(fd: FileDiff, text: str) -> FileResult:
     """Apply one file's hunks to `text`; never raises for a mismatch, it reports it."""
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     states: list[str] = []
     floor = 0  # hunks apply in order: each searches after the previous one
     prev_end_old = 0  # where the previous hunk ended, in the diff's old numbering
@@ -262,7 +279,12 @@ def apply_file(fd: FileDiff, text: str) -> FileResult:
             # present. Never used to write: only to tell obsolete from broken.
             removes = any(t == "-" for t, _ in h.body)
             core_new, core_old = h.core("new"), h.core("old")
-            found = _find_all(lines, core_new, floor) if core_new else []
+            before, after = h.core_neighbours()
+            # The changed span must sit next to at least one of its own context lines.
+            found = [p for p in (_find_all(lines, core_new, floor) if core_new else [])
+                     if (before is not None and p > 0 and lines[p - 1] == before)
+                     or (after is not None and p + len(core_new) < len(lines)
+                         and lines[p + len(core_new)] == after)]
             if found and not (removes and core_old and _find_all(lines, core_old, floor)):
                 states.append("present")
                 floor = _nearest(found, expected) + len(core_new)
@@ -445,23 +467,23 @@ def update_record(dist: Dist, site: Path, paths: list[str]) -> None:
     """Rewrite the RECORD rows of `paths` (and of their bytecode) with their current hash and
     size; every other line keeps its bytes."""
     record = dist.record
-    raw = record.read_text(encoding="utf-8")
-    rel_dist = dist.dist_info.relative_to(site)
+    raw = record.read_bytes().decode("utf-8")
     wanted = set(paths)
     for p in paths:
         for pyc in _pycs(site / p):
             wanted.add(pyc.relative_to(site).as_posix())
     seen: set[str] = set()
     out = []
-    for line in raw.splitlines(keepends=True):
-        row = next(csv.reader([line]), [])
-        if row and _norm(row[0], rel_dist) in wanted:
-            rel = _norm(row[0], rel_dist)
+    for line in split_lines(raw):
+        row = next(csv.reader([line.rstrip("\r\n")]), [])
+        if row and _norm(row[0]) in wanted:
+            rel = _norm(row[0])
             seen.add(rel)
             if len(row) >= 2 and (row[1] or rel in paths):
                 data = (site / rel).read_bytes()
                 buf = io.StringIO()
-                csv.writer(buf, lineterminator="\n").writerow([row[0], record_hash(data), len(data)])
+                end = line[len(line.rstrip("\r\n")):]  # keep the line's own terminator
+                csv.writer(buf, lineterminator=end).writerow([row[0], record_hash(data), len(data)])
                 line = buf.getvalue()
         out.append(line)
     missing = [p for p in paths if p not in seen]
@@ -471,7 +493,7 @@ def update_record(dist: Dist, site: Path, paths: list[str]) -> None:
     _atomic_write(record, "".join(out).encode("utf-8"))
 
 
-def _norm(path: str, rel_dist: Path) -> str:
+def _norm(path: str) -> str:
     """A RECORD path relative to site-packages, normalized ('../../bin/x' stays as it is)."""
     return os.path.normpath(path).replace(os.sep, "/") if not path.startswith("..") else path
 
@@ -588,7 +610,7 @@ def decide(doc: dict, site: Path, overlay: dict[str, str], previous: dict | None
         if rel in overlay:
             return overlay[rel]
         p = site / rel
-        return p.read_text(encoding="utf-8") if p.is_file() else None
+        return p.read_bytes().decode("utf-8") if p.is_file() else None
 
     files = _files_of(doc)
     in_range = version_in(ver, doc["versions"])
@@ -608,7 +630,8 @@ def decide(doc: dict, site: Path, overlay: dict[str, str], previous: dict | None
             if o.state == "present":
                 if previous and previous.get("status") == APPLIED and \
                         previous.get("version") == ver:
-                    return Decision(pid, pkg, ver, APPLIED, "already applied by imgbuild",
+                    # Applied by an earlier run: report it as that run did (same bytes).
+                    return Decision(pid, pkg, ver, APPLIED, previous.get("detail") or APPLIED,
                                     v["versions"], files=files)
                 return Decision(pid, pkg, ver, OBSOLETE,
                                 f"{pkg} {ver} already has the change; not applied",
@@ -672,13 +695,14 @@ def apply(docs: list[dict], site: Path, report: Path | None, *, dry_run: bool = 
     entries = []
     for d in decisions:
         status = APPLIED if d.status == APPLIES and not dry_run else d.status
+        detail = "applied cleanly" if d.status == APPLIES and not dry_run else d.detail
         hashes = {}
         for rel in d.files:
             p = site / rel
             if p.is_file():
                 hashes[rel] = record_hash(p.read_bytes())
         entries.append({"id": d.id, "package": d.package, "version": d.version,
-                        "status": status, "variant": d.variant, "detail": d.detail,
+                        "status": status, "variant": d.variant, "detail": detail,
                         "files": hashes})
     doc = {"format": REPORT_FORMAT, "site_packages": str(site), "patches": entries,
            "applied": [e["id"] for e in entries if e["status"] == APPLIED]}

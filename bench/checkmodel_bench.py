@@ -1,0 +1,163 @@
+"""check-model on a checkpoint the size of a large MoE: 30,000 module names, 10,000 ignore entries.
+
+The shape of the real case (DESIGN.md): an llmcompressor checkpoint whose ignore list names
+thousands of expert *parent* modules (`model.layers.L.mlp.experts.E`), each hiding its w1/w2/w3
+under SGLang 0.5.7-0.5.16's substring matcher. Generated here as a safetensors index (no
+weights: check-model reads names only), then timed, median of several runs:
+
+- load   read config.json + model.safetensors.index.json (120,000 tensor names)
+- check  every check for a target on sglang 0.5.16 (substring matcher), module index included
+- fix    rewrite the ignore list and prove it (exact, suffix and substring recomputed)
+
+Results: bench/results/checkmodel.json and a table on stdout.
+
+    .venv/bin/python bench/checkmodel_bench.py [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import machine  # noqa: E402
+from builder import checkmodel  # noqa: E402
+from builder.spec import load_catalog  # noqa: E402
+
+LAYERS = 60
+EXPERTS = 164  # 60 x 164 x 3 = 29,520 expert Linears
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")  # + 240
+SHARED = ("w1", "w2", "w3")  # shared experts: + 180
+EXTRA = ("mlp.gate",)  # routers: + 60 -> 30,000 modules
+
+
+def make_checkpoint(root: Path) -> tuple[Path, int, int]:
+    """A checkpoint directory with config.json and a safetensors index; no weight files."""
+    weight_map: dict[str, str] = {}
+    modules = 0
+
+    def quantized(m: str) -> None:
+        nonlocal modules
+        modules += 1
+        for p in ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"):
+            weight_map[f"{m}.{p}"] = "model-00001-of-00001.safetensors"
+
+    def plain(m: str) -> None:
+        nonlocal modules
+        modules += 1
+        weight_map[f"{m}.weight"] = "model-00001-of-00001.safetensors"
+
+    ignore: list[str] = []
+    for layer in range(LAYERS):
+        pre = f"model.layers.{layer}"
+        for a in ATTN:
+            plain(f"{pre}.self_attn.{a}")
+        for e in range(EXPERTS):
+            for w in ("w1", "w2", "w3"):
+                quantized(f"{pre}.mlp.experts.{e}.{w}")
+        for w in SHARED:
+            quantized(f"{pre}.mlp.shared_experts.{w}")
+        for x in EXTRA:
+            plain(f"{pre}.{x}")
+        # What the real checkpoint's ignore list looked like: parents of quantized experts,
+        # plus the modules really left in bf16.
+        ignore += [f"{pre}.mlp.experts.{e}" for e in range(EXPERTS)]
+        ignore += [f"{pre}.mlp.gate"]
+        ignore += [f"{pre}.self_attn.{a}" for a in ATTN if layer < 25]
+    ignore += [f"model.layers.{layer}.mlp.shared_experts" for layer in range(
+        10_000 - len(ignore))]
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "quantization_config": {
+            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {
+                "format": "nvfp4-pack-quantized", "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                            "group_size": 16},
+                "input_activations": {"num_bits": 4, "type": "float",
+                                      "strategy": "tensor_group", "group_size": 16}}},
+            "ignore": ignore}}
+    (root / "config.json").write_text(json.dumps(config, indent=2))
+    (root / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    return root, modules, len(ignore)
+
+
+def timed(fn, rounds: int) -> tuple[float, list[float], object]:
+    times, out = [], None
+    for _ in range(rounds):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkmodel.json")
+    args = ap.parse_args(argv)
+    cat = load_catalog()
+    target = replace(cat.target("sglang-blackwell"), engine_version="0.5.16")
+    engines = checkmodel.load_engines()
+    formats = {"nvfp4-pack-quantized", "mixed-precision", "pack-quantized", "float-quantized"}
+    with tempfile.TemporaryDirectory() as td:
+        root, modules, entries = make_checkpoint(Path(td))
+        t_load, load_runs, ckpt = timed(lambda: checkmodel.load_checkpoint(root), args.rounds)
+
+        def run_check():
+            extra: dict = {}
+            fs = checkmodel.check(ckpt, target=target, catalog=cat, engines=engines,
+                                  ct_formats=formats, ct_version="0.19.0", analysis_out=extra)
+            return fs, extra
+
+        t_check, check_runs, (findings, extra) = timed(run_check, args.rounds)
+        t_fix, fix_runs, result = timed(
+            lambda: checkmodel.fix(ckpt.config, ckpt.module_names, "substring",
+                                   quantized=ckpt.quantized), args.rounds)
+    ana = extra["ignore"]
+    proof = result.proof
+    doc = {
+        "machine": machine(),
+        "rounds": args.rounds,
+        "shape": {"module_names": modules, "ignore_entries": entries,
+                  "tensor_names": len(ckpt.quantized) * 4 + (modules - len(ckpt.quantized)),
+                  "layers": LAYERS, "experts": EXPERTS},
+        "median_s": {"load": round(t_load, 4), "check": round(t_check, 4),
+                     "fix": round(t_fix, 4), "check+fix": round(t_check + t_fix, 4)},
+        "runs_s": {"load": [round(x, 4) for x in load_runs],
+                   "check": [round(x, 4) for x in check_runs],
+                   "fix": [round(x, 4) for x in fix_runs]},
+        "result": {"offending_entries": len(ana.hiding), "hidden_modules": len(ana.hidden),
+                   "moe_layers": len(ana.moe_layers),
+                   "findings": [f"{f.severity}:{f.kind}" for f in findings],
+                   "fix_replaced": len(result.replaced), "fix_expressions": len(result.added),
+                   "fix_expression_chars": sum(len(x) for x in result.added),
+                   "proof": proof.to_dict()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"{modules:,} module names, {entries:,} ignore entries "
+          f"({len(ana.hiding):,} hide {len(ana.hidden):,} quantized modules), "
+          f"median of {args.rounds}")
+    print(f"{'step':<10}{'median s':>10}{'min s':>10}{'max s':>10}")
+    for k, runs in (("load", load_runs), ("check", check_runs), ("fix", fix_runs)):
+        print(f"{k:<10}{statistics.median(runs):>10.3f}{min(runs):>10.3f}{max(runs):>10.3f}")
+    print(f"{'check+fix':<10}{t_check + t_fix:>10.3f}")
+    print(f"fix: {len(result.replaced):,} entries -> {len(result.added)} re: expressions "
+          f"({doc['result']['fix_expression_chars']} chars); proof equal={proof.equal} "
+          f"(hidden {proof.hidden_before:,} -> {proof.hidden_after})")
+    print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""`imgbuild doctor` (builder/doctor.py, images/checks/failures.yaml).
+
+The logs under tests/fixtures/logs/ were written for these tests in the shapes real SGLang and
+vLLM servers print (see that folder's README: the message texts are verbatim from the wheels,
+the rest is made to look real). Each is diagnosed with the right failure, captures and evidence
+line; the healthy log and the unknown traceback get no diagnosis at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from builder import doctor
+from builder.errors import InputError, SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+CHECKS = ROOT / "images" / "checks" / "failures.yaml"
+
+
+def log(name: str) -> str:
+    # read_log keeps "\r" (progress bars) inside a line, so line numbers are grep -n's.
+    return doctor.read_log(str(LOGS / name))[0]
+
+
+def grep_n(name: str, needle: str) -> list[int]:
+    """Line numbers of `needle` in a fixture, counted as grep -n does."""
+    lines = (LOGS / name).read_bytes().decode().split("\n")
+    return [i + 1 for i, line in enumerate(lines) if needle in line]
+
+
+# fixture -> (failure id, evidence line, captures it must have, ranks, occurrences)
+CASES = {
+    "compression-format-missing.log": (
+        "compression-format-missing", 52,
+        {"symbol": "nvfp4_pack_quantized", "min_version": "0.10.0"}, ("0", "1"), 2),
+    "compression-format-missing-py311.log": (
+        "compression-format-missing", 50,
+        {"symbol": "nvfp4_pack_quantized", "min_version": "0.10.0"}, (), 1),
+    "sglang-mixed-precision-no-scheme.log": (
+        "sglang-mixed-precision-no-scheme", 72, {}, (), 1),
+    "sglang-ignore-keyerror.log": (
+        "sglang-ignore-dequantized-keyerror", 42,
+        {"param": "model.layers.0.mlp.experts.w2_input_global_scale",
+         "module": "model.layers.0.mlp.experts", "tensor": "w2_input_global_scale"}, ("0", "1"), 2),
+    "sglang-ignore-params.log": (
+        "sglang-ignore-dequantized-params", 7,
+        {"param": "model.layers.1.mlp.down_proj.input_global_scale",
+         "module": "model.layers.1.mlp.down_proj", "tensor": "input_global_scale"}, (), 44),
+    "sglang-packed-modules-mapping.log": (
+        "sglang-packed-modules-mapping", 75,
+        {"layer": "model.layers.0.linear_attn.in_proj_qkvz", "fused": "in_proj_qkvz"}, (), 1),
+    "w4a4-nvfp4-hopper.log": (
+        "w4a4-nvfp4-unsupported-gpu", 75, {"what": "w4a4 nvfp4"}, ("0", "1"), 2),
+    "quant-scheme-capability.log": (
+        "quant-scheme-needs-newer-gpu", 52,
+        {"min_cc": "80", "cc": "70", "arch": "sm70", "needed_arch": "sm80"}, (), 1),
+    "sglang-memory-unbalanced.log": (
+        "sglang-gpu-memory-unbalanced", 31,
+        {"min_free_gb": "37.56", "local_free_gb": "93.95"}, ("1", "2", "3"), 3),
+    "vllm-memory-occupied.log": (
+        "vllm-gpu-memory-occupied", 29,
+        {"device": "cuda:0", "free_gib": "24.36", "total_gib": "79.19"}, ("0",), 1),
+    "torch-arch-sm120.log": (
+        "torch-arch-unsupported", 3,
+        {"arch": "sm120", "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, (), 3),
+    "no-kernel-image.log": ("no-kernel-image", 22, {}, (), 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_diagnosed(name):
+    fid, line, caps, ranks, occurrences = CASES[name]
+    diags = doctor.diagnose(log(name))
+    assert [d.id for d in diags] == [fid]
+    d = diags[0]
+    assert d.line == line
+    assert d.evidence[0].role == "match"
+    # The evidence is the log's own line, as grep -n numbers it.
+    assert line in grep_n(name, d.evidence[0].text)
+    for k, v in caps.items():
+        assert d.captures.get(k) == v, (k, dict(d.captures))
+    assert d.ranks == ranks
+    assert d.occurrences == occurrences
+    # Templates are filled in: no {placeholder} survives, and the captures appear in the text.
+    for text in (d.title, d.cause, d.fix):
+        assert not re.search(r"\{\w+\}", text), text
+    for k in ("symbol", "module", "layer", "arch", "device", "min_free_gb"):
+        if k in caps:
+            assert caps[k] in d.cause + d.fix + d.title
+    assert "imgbuild" in d.fix
+    assert d.sources and d.severity in doctor.SEVERITIES
+
+
+def test_every_fingerprint_has_a_fixture():
+    covered = {fid for fid, *_ in CASES.values()}
+    assert {fp.id for fp in doctor.load_fingerprints()} <= covered
+
+
+def test_specific_captures_and_fix_text():
+    d = doctor.diagnose(log("compression-format-missing.log"))[0]
+    assert "compressed-tensors>=0.10.0" in d.fix and "imgbuild check-deps TARGET" in d.fix
+    d = doctor.diagnose(log("sglang-ignore-keyerror.log"))[0]
+    assert "imgbuild check-model PATH --target TARGET --fix OUT" in d.fix
+    assert "0.5.17" in d.fix and "images/patches" in d.fix
+    d = doctor.diagnose(log("torch-arch-sm120.log"))[0]
+    assert "--arch sm120" in d.fix
+    d = doctor.diagnose(log("sglang-memory-unbalanced.log"))[0]
+    assert "imgbuild preflight" in d.fix and "TP1, TP2, TP3" in d.cause
+    d = doctor.diagnose(log("vllm-memory-occupied.log"))[0]
+    assert "cuda:0" in d.title
+
+
+def test_python311_enum_form_needs_the_frame_line():
+    d = doctor.diagnose(log("compression-format-missing-py311.log"))[0]
+    assert [(e.line, e.role) for e in d.evidence] == [(50, "match"), (46, "frame")]
+    # The bare `AttributeError: name` alone names no class: no diagnosis.
+    bare = "Traceback (most recent call last):\nAttributeError: nvfp4_pack_quantized\n"
+    assert doctor.diagnose(bare) == []
+    # ... nor when the frame above names another member than the error.
+    text = "    CompressionFormat.dense.value,\nAttributeError: nvfp4_pack_quantized\n"
+    assert doctor.diagnose(text) == []
+
+
+@pytest.mark.parametrize("name", ["benign.log", "unknown-traceback.log"])
+def test_no_known_failure(name):
+    assert doctor.diagnose(log(name)) == []
+    c = Console(record=True, width=120)
+    doctor.render([], c, source=name)
+    assert doctor.NO_MATCH in c.export_text()
+    assert doctor.to_dict([]) == {"matched": False, "diagnoses": [], "message": doctor.NO_MATCH}
+
+
+def test_two_failures_both_reported_errors_first():
+    diags = doctor.diagnose(log("two-failures.log"))
+    assert [d.id for d in diags] == ["sglang-ignore-dequantized-keyerror",
+                                     "sglang-gpu-memory-unbalanced"]
+    assert [d.line for d in diags] == [45, 6]
+    assert [d.severity for d in diags] == ["error", "warning"]  # logged, not raised
+    assert diags[1].ranks == ("1",)
+
+
+def test_concatenated_logs_give_both():
+    text = log("w4a4-nvfp4-hopper.log") + log("sglang-packed-modules-mapping.log")
+    ids = [d.id for d in doctor.diagnose(text)]
+    assert sorted(ids) == ["sglang-packed-modules-mapping", "w4a4-nvfp4-unsupported-gpu"]
+
+
+def test_supersedes_folds_the_explained_failure():
+    d, = doctor.diagnose(log("torch-arch-sm120.log"))
+    related = [e for e in d.evidence if e.role == "related"]
+    assert [e.line for e in related] == grep_n("torch-arch-sm120.log", "no kernel image")[:1]
+    assert related[0].rank == "1"
+    d, = doctor.diagnose(log("sglang-ignore-keyerror.log") + log("sglang-ignore-params.log"))
+    assert d.id == "sglang-ignore-dequantized-keyerror"
+    assert any(e.role == "related" and "not found in params_dict" in e.text for e in d.evidence)
+
+
+def test_dedupe_by_captures():
+    # Two different missing members are two diagnoses; the same one on two ranks is one.
+    err = "AttributeError: type object 'CompressionFormat' has no attribute '{}'\n"
+    text = ("[2026-01-01 00:00:00 TP0] x\n" + err.format("mixed_precision")
+            + "[2026-01-01 00:00:00 TP1] x\n" + err.format("mixed_precision")
+            + err.format("nvfp4_pack_quantized"))
+    diags = doctor.diagnose(text)
+    assert [(d.captures["symbol"], d.captures["min_version"], d.occurrences, d.ranks)
+            for d in diags] == [("mixed_precision", "0.11.0", 2, ("0", "1")),
+                                ("nvfp4_pack_quantized", "0.10.0", 1, ("1",))]
+
+
+def test_ansi_colours_and_crlf():
+    # vLLM colours its prefix when it thinks it writes to a terminal; Windows tools add \r\n.
+    plain = log("vllm-memory-occupied.log")
+    coloured = "\r\n".join(
+        re.sub(r"^\((\S+ pid=\d+)\) (\w+) (\S+ \S+) ",
+               "\x1b[0;36m(\\1)\x1b[0;0m \\2 \x1b[90m\\3\x1b[0m ", line)
+        for line in plain.split("\n"))
+    a, b = doctor.diagnose(plain), doctor.diagnose(coloured)
+    assert [(d.id, d.line, d.ranks, dict(d.captures)) for d in b] == \
+           [(d.id, d.line, d.ranks, dict(d.captures)) for d in a]
+    assert "\x1b" not in b[0].evidence[0].text
+
+
+@pytest.mark.parametrize("line,rank", [
+    ("[2026-01-01 00:00:00.123 DP0 TP5 EP5] {msg}", "5"),
+    ("[2026-01-01 00:00:00 PP1 TP12] {msg}", "12"),
+    ("(Worker_PP1_TP3_EP3 pid=77) ERROR 01-10 12:00:00 [utils.py:763] {msg}", "3"),
+    ("(VllmWorker rank=2 pid=12) ERROR 01-10 12:00:00 multiproc_worker_utils.py:1] {msg}", "2"),
+    ("(EngineCore_DP0 pid=214) ERROR 03-05 08:10:26 [core.py:1584] {msg}", None),
+    ("ERROR 01-10 12:00:00 [api_server.py:9] {msg}", None),
+    ("{msg}", None),
+])
+def test_log_prefixes_give_the_rank(line, rank):
+    msg = "NotImplementedError: No compressed-tensors compatible scheme was found."
+    d, = doctor.diagnose(line.format(msg=msg) + "\n")
+    assert d.id == "sglang-mixed-precision-no-scheme"
+    assert d.evidence[0].rank == rank
+    # The prefix is cut before matching: a regex anchored at ^ sees the message.
+    text = ("    CompressionFormat.nvfp4_pack_quantized.value,\n"
+            + line.format(msg="AttributeError: nvfp4_pack_quantized") + "\n")
+    d, = doctor.diagnose(text)
+    assert (d.captures["symbol"], d.line) == ("nvfp4_pack_quantized", 2)
+
+
+def test_yaml_examples_match_their_failure():
+    for fp in doctor.load_fingerprints():
+        assert fp.examples, f"{fp.id} has no examples"
+        for ex in fp.examples:
+            assert fp.id in [d.id for d in doctor.diagnose(ex)], (fp.id, ex)
+
+
+def test_fingerprints_are_data():
+    fps = doctor.load_fingerprints()
+    ids = [fp.id for fp in fps]
+    assert len(ids) == len(set(ids)) >= 7
+    for fp in fps:
+        for s in fp.sources:
+            assert re.match(r"^[\w.-]+==[\w.+]+$", s.requirement), s
+        for alt in fp.alternatives:
+            assert alt.line.contains
+    assert [p.name for p in doctor.load_prefixes()][:1] == ["sglang"]
+
+
+def test_large_log_is_scanned():
+    # 100k+ lines of a healthy server, then a failure: found, with the right line number.
+    benign = log("benign.log")
+    reps = 100_000 // benign.count("\n") + 1
+    text = benign * reps + log("sglang-ignore-keyerror.log")
+    diags = doctor.diagnose(text)
+    assert [d.id for d in diags] == ["sglang-ignore-dequantized-keyerror"]
+    assert diags[0].line == benign.count("\n") * reps + 42
+    # A long line full of what the regexes look for does not hang the scan.
+    nasty = ("Parameter " + "a." * 20000 + " not found in params_dict\n"
+             "KeyError: '" + "b." * 20000 + "'\n") * 50
+    assert doctor.diagnose(nasty) == []
+
+
+def test_to_dict_and_render():
+    diags = doctor.diagnose(log("two-failures.log"))
+    doc = json.loads(json.dumps(doctor.to_dict(diags, source="two-failures.log")))
+    assert doc["matched"] is True and doc["log"] == "two-failures.log"
+    first = doc["diagnoses"][0]
+    assert first["id"] == "sglang-ignore-dequantized-keyerror"
+    assert first["evidence"][0]["line"] == 45 and first["evidence"][0]["rank"] == "0"
+    assert first["captures"]["tensor"] == "w2_input_global_scale"
+    assert first["applies_to"] == {"sglang": ">=0.5.8,<0.5.17"}
+    assert any("qwen3_next.py:1227" in s for s in first["sources"])
+    c = Console(record=True, width=200)
+    doctor.render(diags, c, source="two-failures.log")
+    out = c.export_text()
+    assert "2 known failures found in two-failures.log" in out
+    assert "line 45" in out
+    assert "KeyError: 'model.layers.0.mlp.experts.w2_input_global_scale'" in out
+    flat = " ".join(out.split())
+    for d in diags:
+        assert d.id in out and " ".join(d.title.split()) in flat
+        assert " ".join(d.fix.split())[:80] in flat.replace("│ ", "").replace(" │", "")
+
+
+def test_render_does_not_read_log_text_as_markup():
+    text = ("[bold red]x[/] [link=http://evil]y[/link]\n"
+            "NotImplementedError: No compressed-tensors compatible scheme was found.\n")
+    diags = doctor.diagnose(text)
+    c = Console(record=True, width=200)
+    doctor.render(diags, c)
+    assert "No compressed-tensors compatible scheme was found." in c.export_text()
+
+
+def test_read_log(tmp_path):
+    stdin = io.TextIOWrapper(io.BytesIO(b"line\r\nKeyError: 'm.experts.w2_weight_scale'\n"))
+    text, label = doctor.read_log("-", stdin)
+    assert label == "standard input"
+    assert [d.line for d in doctor.diagnose(text)] == [2]
+    with pytest.raises(InputError, match="no such log file"):
+        doctor.read_log(str(tmp_path / "missing.log"))
+    with pytest.raises(InputError, match="directory"):
+        doctor.read_log(str(tmp_path))
+
+
+# --- failures.yaml is validated ------------------------------------------------------------------
+
+GOOD = """
+prefixes:
+  - {name: sglang, regex: '^\\[\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d(?: TP(?P<rank>\\d+))?\\] '}
+failures:
+  - id: widget-missing
+    title: "widget {name} is missing"
+    match:
+      - regex: 'WidgetError: no widget (?P<name>\\w+)'
+        contains: "WidgetError: no widget "
+    cause: the widget {name} was not installed ({occurrences} times, {ranks})
+    fix: run `imgbuild check-deps TARGET`
+    applies_to: {widgets: "<2"}
+    sources: [{in: widgets==1.0, at: widgets/core.py:10}]
+    examples: ["WidgetError: no widget gear"]
+"""
+
+
+def write_catalog(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "checks").mkdir(exist_ok=True)
+    (tmp_path / "checks" / "failures.yaml").write_text(text)
+    return tmp_path
+
+
+def test_a_new_failure_is_data(tmp_path):
+    images = write_catalog(tmp_path, GOOD)
+    fps = doctor.load_fingerprints(images)
+    text = "[2026-01-01 00:00:00 TP3] starting\nWidgetError: no widget gear\n"
+    d, = doctor.diagnose(text, fps, doctor.load_prefixes(images))
+    assert (d.id, d.line, d.ranks, d.title) == \
+        ("widget-missing", 2, ("3",), "widget gear is missing")
+    assert d.cause == "the widget gear was not installed (1 times, TP3)"
+    d, = doctor.diagnose(text, images=images)
+    assert d.id == "widget-missing"
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ('        contains: "WidgetError: no widget "\n', "", "failures[0].match[0].contains"),
+    ("'WidgetError: no widget (?P<name>\\w+)'", "'WidgetError: (unclosed'",
+     "failures[0].match[0].regex"),
+    ("fix: run `imgbuild check-deps TARGET`", "fix: run {nmae}", "failures[0].fix"),
+    ("fix: run `imgbuild check-deps TARGET`", "fix: run {name!r}", "failures[0].fix"),
+    ("    title:", "    titel:", "failures[0].titel"),
+    ("    cause:", "    severity: fatal\n    cause:", "failures[0].severity"),
+    ('{widgets: "<2"}', '{widgets: "lt 2"}', "failures[0].applies_to.widgets"),
+    ("{in: widgets==1.0, at: widgets/core.py:10}", "{in: 'widgets ==', at: x}",
+     "failures[0].sources[0].in"),
+    ("    cause:", "    supersedes: [nothing-like-it]\n    cause:", "failures[0].supersedes[0]"),
+    ("    cause:", "    dedupe_by: [colour]\n    cause:", "failures[0].dedupe_by[0]"),
+    ("    cause:", "    derive: {n: {template: '{gone}'}}\n    cause:",
+     "failures[0].derive.n.template"),
+    ("  - id: widget-missing", "  - id: Widget Missing", "failures[0].id"),
+    ("prefixes:", "prefix:", "prefix"),
+])
+def test_malformed_catalog_names_the_key(tmp_path, old, new, key):
+    assert old in GOOD
+    images = write_catalog(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(SpecError) as e:
+        doctor.load_fingerprints(images)
+    assert e.value.key == key, e.value.message
+    assert e.value.path.endswith("checks/failures.yaml")
+    assert key in e.value.message
+
+
+def test_duplicate_ids_and_near_windows(tmp_path):
+    entry = GOOD.split("failures:\n", 1)[1]
+    images = write_catalog(tmp_path, GOOD + entry)
+    with pytest.raises(SpecError) as e:
+        doctor.load_fingerprints(images)
+    assert e.value.key == "failures[1].id" and "failures[0]" in e.value.message
+    near = GOOD.replace('        contains: "WidgetError: no widget "\n',
+                        '        contains: "WidgetError: no widget "\n'
+                        "        near: [{regex: 'x', contains: x}]\n", 1)
+    with pytest.raises(SpecError) as e:
+        doctor.load_fingerprints(write_catalog(tmp_path, near))
+    assert e.value.key.startswith("failures[0].match[0].near[0].")
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    images = write_catalog(tmp_path, "failures: [\n")
+    with pytest.raises(SpecError, match="failures.yaml"):
+        doctor.load_fingerprints(images)
+    with pytest.raises(InputError, match="no failure fingerprints"):
+        doctor.load_fingerprints(tmp_path / "nowhere")
+
+
+# --- the CLI, once `imgbuild doctor` is wired in builder/cli.py ---------------------------------
+
+def _cli_has_doctor() -> bool:
+    from builder import cli
+
+    p = cli.parser()
+    return any(isinstance(a, argparse._SubParsersAction) and "doctor" in a.choices
+               for a in p._actions)
+
+
+@pytest.mark.skipif(not _cli_has_doctor(),
+                    reason="imgbuild doctor is not wired in builder/cli.py yet")
+@pytest.mark.parametrize("name,fid", [
+    ("sglang-ignore-keyerror.log", "sglang-ignore-dequantized-keyerror"),
+    ("benign.log", None),
+])
+def test_cli_reads_stdin(name, fid):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", "-", "--json"], cwd=ROOT,
+                       check=False,
+                       input=(LOGS / name).read_bytes(), capture_output=True, env=env, timeout=120)
+    assert r.returncode in (0, 1), r.stderr.decode()
+    doc = json.loads(r.stdout)
+    assert [d["id"] for d in doc["diagnoses"]] == ([fid] if fid else [])
+    if fid:
+        assert doc["diagnoses"][0]["evidence"][0]["line"] == CASES[name][1]
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(LOGS / name)], cwd=ROOT,
+                       check=False, capture_output=True, env=env, timeout=120, text=True)
+    out = r.stdout + r.stderr
+    assert (fid in out) if fid else (doctor.NO_MATCH in out)
