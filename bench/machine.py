@@ -19,6 +19,6 @@ def machine() -> dict:
         pass
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     uv = subprocess.run(["uv", "--version"], capture_output=True, text=True).stdout.strip()
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
             "memory_gb": round(mem_gb, 1), "python": platform.python_version(), "uv": uv}

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ class Secrets:
     netrc: Path | None = None
 
     @classmethod
-    def from_host(cls) -> "Secrets":
+    def from_host(cls) -> Secrets:
         ca = os.environ.get("IMGBUILD_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
         ca = ca or next((c for c in CA_BUNDLES if os.path.exists(c)), None)
         netrc = os.environ.get("IMGBUILD_NETRC") or os.path.expanduser("~/.netrc")

@@ -133,7 +133,7 @@ def reconcile(req, resolve_fn, max_rounds: int = 12) -> tuple[list[Conflict], bo
                 return found, False, last
             found.append(c)
             overrides = [o for o in overrides
-                         if canonicalize_name(re.split(r"[<>=!~;\[ ]", o, 1)[0]) != c.package]
+                         if canonicalize_name(re.split(r"[<>=!~;\[ ]", o, maxsplit=1)[0]) != c.package]
             overrides.append(c.override)
     return found, False, last
 

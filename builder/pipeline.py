@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import base as base_mod
 from . import build as build_mod
-from . import dockerenv, drift, registry, smoke
+from . import buildlock, dockerenv, drift, registry, smoke
 from .deps import check_deps
 from .errors import InputError, JobFailed
 from .lock import read_lock
@@ -61,8 +61,6 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
                  run_smoke: bool = True, console=None, log=print,
                  log_dir: Path | None = None, no_cache: bool = False,
                  force: bool = False) -> Outcome:
-    from docker.errors import ImageNotFound
-
     start = time.monotonic()
     repo = _repo(registry_name, push)
     plan = make_plan(cat, target, model=model, lock_dir=lock_dir, wheels=wheels,
@@ -75,6 +73,17 @@ def build_target(cat: Catalog, target: str, *, model: str | None, registry_name:
         raise err
     client = dockerenv.client()
     registry.check_reachable(repo)
+    with buildlock.exclusive(plan.content_key, log=log):
+        return _build_locked(cat, plan, lock, client, repo, push=push, rebuild=rebuild,
+                             wheels=wheels, run_smoke=run_smoke, console=console, log=log,
+                             log_dir=log_dir, no_cache=no_cache, force=force, start=start)
+
+
+def _build_locked(cat: Catalog, plan: Plan, lock, client, repo: registry.Repository, *,
+                  push: bool, rebuild: bool, wheels: Path | None, run_smoke: bool, console, log,
+                  log_dir: Path | None, no_cache: bool, force: bool, start: float) -> Outcome:
+    from docker.errors import ImageNotFound
+
     img = None
     action = "built"
     result = None

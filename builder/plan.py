@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import render
 from .errors import InputError
-from .lock import LockRequest, Lockfile, ensure_lock, read_lock
+from .lock import Lockfile, LockRequest, ensure_lock, read_lock
 from .spec import Catalog, ModelProfile, Override, Target
 
 PLAN_FORMAT = 1

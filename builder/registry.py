@@ -26,7 +26,7 @@ class Repository:
     path: str
 
     @classmethod
-    def parse(cls, name: str) -> "Repository":
+    def parse(cls, name: str) -> Repository:
         first, _, rest = name.partition("/")
         if rest and ("." in first or ":" in first or first == "localhost"):
             return cls(name, first, rest)

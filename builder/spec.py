@@ -218,7 +218,7 @@ class _Doc:
                 raise SpecError(self.path, f"{self.key(k)}[{i}]", "a string", item)
         return tuple(v)
 
-    def sub(self, k: str, value: Any) -> "_Doc":
+    def sub(self, k: str, value: Any) -> _Doc:
         return _Doc(self.path, value, self.key(k))
 
 

@@ -32,16 +32,16 @@ import re
 import tempfile
 import threading
 import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterable, Iterator
 from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 
 import requests
 from packaging.tags import Tag
-from packaging.utils import (InvalidWheelFilename, canonicalize_name, parse_wheel_filename)
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .errors import EnvError, JobFailed
@@ -278,7 +278,8 @@ def list_versions(name: str, index_urls: Iterable[str] = (), *, prereleases: boo
 
 def compatible_tags(python: str | None, platform: str | None) -> frozenset[Tag]:
     """Tags a lock's target accepts, from its header ("3.12", "x86_64-manylinux_2_39")."""
-    from packaging.tags import compatible_tags as _compat, cpython_tags
+    from packaging.tags import compatible_tags as _compat
+    from packaging.tags import cpython_tags
 
     if not python or not platform or "-" not in platform:
         return frozenset()
@@ -501,7 +502,7 @@ class Wheel:
     def close(self) -> None:
         self.zf.close()
 
-    def __enter__(self) -> "Wheel":
+    def __enter__(self) -> Wheel:
         return self
 
     def __exit__(self, *exc) -> None:

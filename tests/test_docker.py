@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 import uuid
 

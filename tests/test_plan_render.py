@@ -73,8 +73,8 @@ def test_content_key_changes_with_what_decides_the_bytes(cat):
     assert base.model == "k2.6"
     assert plan(cat, "sglang-hopper").content_key != plan(cat, "sglang-hopper", model="k2.6").content_key
     assert plan(cat, "sglang-blackwell", model="tiny-nvfp4").content_key != base.content_key
-    from builder.plan import finalize
     from builder.lock import read_lock
+    from builder.plan import finalize
 
     lock = read_lock(LOCKS / base.lock_path.split("/")[-1])
     other_lock = dataclasses.replace(lock, body_hash="sha256:" + "0" * 64)

@@ -60,14 +60,19 @@ def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
         if p.archs == ("cpu",):
             assert p.cuda is None and p.min_driver is None
             continue
-        assert p.cuda == "13.0" and p.min_driver == "580.65.06"  # torch 2.14.x on PyPI
-        assert any("torch 2.14" in w and "CUDA 13.0" in w for w in p.selection)
-        assert p.selection[-1] == "driver ≥ 580.65.06 (CUDA 13.0)"
+        from builder.select import torch_cuda
+
+        torch = read_lock(LOCKS / lock_request(cat, cat.target(name)).filename()).package("torch")
+        cuda, how = torch_cuda(cat, torch.version)  # e.g. torch 2.14.x on PyPI: CUDA 13.0
+        floor = cat.cuda[cuda].min_driver
+        assert p.cuda == cuda and p.min_driver == floor, name
+        assert how in p.selection
+        assert p.selection[-1] == f"driver ≥ {floor} (CUDA {cuda})"
         labels = dict(p.labels)
-        assert labels["io.imgbuild.driver-min"] == "580.65.06"
+        assert labels["io.imgbuild.driver-min"] == floor
         assert labels["io.imgbuild.flavor"] == p.flavor
         if p.flavor == "devel":
-            assert p.base_image == "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04"
+            assert p.base_image == cat.cuda_images.tag(cuda, "cudnn-devel", p.base)
         else:
             assert p.base_image == cat.base(p.base).image
 

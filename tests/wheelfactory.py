@@ -37,7 +37,7 @@ def make_wheel(spec: WheelSpec, dest: Path) -> Path:
     dist = spec.name.replace("-", "_")
     fname = f"{dist}-{spec.version}-{spec.tag}.whl"
     info = f"{dist}-{spec.version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {spec.name}", f"Version: {spec.version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {spec.name}", f"Version: {spec.version}"]
     if spec.requires_python:
         meta.append(f"Requires-Python: {spec.requires_python}")
     meta += [f"Requires-Dist: {r}" for r in spec.requires]
@@ -79,7 +79,7 @@ class LocalIndex:
     def add(self, spec: WheelSpec) -> Path:
         return make_wheel(spec, self.root)
 
-    def start(self) -> "LocalIndex":
+    def start(self) -> LocalIndex:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pypiserver", "run", "-p", str(self.port), "-i", "127.0.0.1",
              "-a", ".", "-P", ".", "--disable-fallback", "--hash-algo", "sha256", str(self.root)],
