@@ -103,6 +103,10 @@ def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | No
         shutil.copy2(render.PAYLOAD_DIR / name, dest / "payload" / name)
     (dest / "payload" / "entrypoint.sh").write_text(render.entrypoint_sh())
     (dest / "payload" / "image.json").write_text(render.image_facts(plan))
+    if plan.patch_digest:
+        from . import patches
+
+        patches.write_context(patches.context_files(plan.patches, lock), dest / "patchset")
     (dest / "smoke").mkdir()
     if smoke_model_dir is not None:
         shutil.copytree(smoke_model_dir, dest / "smoke" / "model")

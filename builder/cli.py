@@ -318,6 +318,20 @@ def cmd_preflight(args) -> int:
     return report.exit_code
 
 
+def cmd_patches(args) -> int:
+    from . import patches
+
+    cat = _catalog(args)
+    _, lock_dir, _ = _paths(args)
+    t = cat.target(args.target)
+    results = patches.check(t, cat, lock_dir) if args.check else patches.listing(t, cat, lock_dir)
+    if args.json:
+        ui.print_json(patches.to_dict(results, target=t.name))
+    else:
+        patches.render(results, ui.console(), target=t.name)
+    return EXIT_FAILED if patches.failed(results) else EXIT_OK
+
+
 def cmd_doctor(args) -> int:
     from . import doctor
 
@@ -329,6 +343,22 @@ def cmd_doctor(args) -> int:
         doctor.render(diags, ui.console(), source=label)
     # A known failure found is the job's finding (1); nothing matched is not an error (0).
     return EXIT_FAILED if diags else EXIT_OK
+
+
+def cmd_refresh_digests(args) -> int:
+    from . import digests
+    from .spec import load_catalog
+
+    cat = _catalog(args)
+    found = digests.refresh(cat, mirror=args.mirror)
+    digests.write(cat.root / "bases.yaml", found)
+    load_catalog(cat.root)  # what was written must still read
+    if args.json:
+        ui.print_json({"digests": found})
+    else:
+        ui.table("nvidia/cuda digests (images/bases.yaml)", ["image", "digest"],
+                 [[k, v or "tag not found"] for k, v in found.items()])
+    return EXIT_OK
 
 
 def cmd_base(args) -> int:
@@ -432,6 +462,12 @@ def parser() -> argparse.ArgumentParser:
                    "there; default IMGBUILD_MODEL_DIR, else the Hugging Face cache)")
     s.add_argument("--nvidia-smi", help="the nvidia-smi binary to run")
     s.set_defaults(func=cmd_preflight)
+    s = sub.add_parser("patches", parents=[common],
+                       help="a target's compatibility patches; --check applies them to the "
+                            "locked wheel in a scratch directory")
+    s.add_argument("target")
+    s.add_argument("--check", action="store_true")
+    s.set_defaults(func=cmd_patches)
     s = sub.add_parser("doctor", parents=[common],
                        help="match a server log or traceback against known failures")
     s.add_argument("log", metavar="LOGFILE|-")
@@ -444,6 +480,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--registry")
     b.add_argument("--rebuild", action="store_true")
     b.set_defaults(func=cmd_base)
+    b = bsub.add_parser("refresh-digests", parents=[common],
+                        help="pin the catalog's nvidia/cuda tags by digest (needs the registry)")
+    b.add_argument("--mirror", help="a registry that mirrors nvidia/cuda, e.g. 127.0.0.1:5000/hub")
+    b.set_defaults(func=cmd_refresh_digests)
     return p
 
 

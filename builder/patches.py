@@ -29,9 +29,10 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -196,7 +197,7 @@ def load_patches(root: Path | None = None) -> dict[str, Patch]:
     return {p.stem: load_patch(p, images) for p in sorted(d.glob("*.yaml"))} if d.is_dir() else {}
 
 
-def target_patches(target: "Target", root: Path | None = None) -> list[Patch]:
+def target_patches(target: Target, root: Path | None = None) -> list[Patch]:
     """The patches a target lists, in its order; an unknown id names the target's file."""
     known = load_patches(root)
     out = []
@@ -242,7 +243,7 @@ _STATUS = {patcher.APPLIES: "applies", patcher.APPLIED: "applies",
            patcher.FAILS: "fails"}
 
 
-def extract(wheel: "Wheel", dest: Path, members: Iterable[str] | None = None) -> Path:
+def extract(wheel: Wheel, dest: Path, members: Iterable[str] | None = None) -> Path:
     """Unpack `members` of a (root-is-purelib) wheel, plus its .dist-info, into `dest`: a
     scratch site-packages. None: every member."""
     names = wheel.names()
@@ -287,12 +288,12 @@ def check_site(patches: Sequence[Patch], site: Path, *, verify: bool = True) -> 
     return out
 
 
-def _result(p: Patch, d: "patcher.Decision") -> PatchResult:
+def _result(p: Patch, d: patcher.Decision) -> PatchResult:
     return PatchResult(p.id, _STATUS[d.status], d.detail, p.package, d.version, d.variant,
                        tuple(d.files or p.files()), p.upstream, p.fixes)
 
 
-def _lock_for(target: "Target", catalog: "Catalog", lock_dir: Path) -> tuple["Lockfile", object]:
+def _lock_for(target: Target, catalog: Catalog, lock_dir: Path) -> tuple[Lockfile, object]:
     from .lock import read_lock
     from .plan import lock_request
 
@@ -305,7 +306,7 @@ def _lock_for(target: "Target", catalog: "Catalog", lock_dir: Path) -> tuple["Lo
     return read_lock(path), req
 
 
-def check(target: "Target", catalog: "Catalog", lock_dir: Path, *,
+def check(target: Target, catalog: Catalog, lock_dir: Path, *,
           index_urls: Sequence[str] | None = None) -> list[PatchResult]:
     """`imgbuild patches TARGET --check`: fetch each patched package's locked wheel (from the
     cache when a previous run kept it), unpack the files the patches touch into a scratch
@@ -337,7 +338,7 @@ def check(target: "Target", catalog: "Catalog", lock_dir: Path, *,
     return [results[p.id] for p in patches]
 
 
-def listing(target: "Target", catalog: "Catalog", lock_dir: Path) -> list[PatchResult]:
+def listing(target: Target, catalog: Catalog, lock_dir: Path) -> list[PatchResult]:
     """`imgbuild patches TARGET` without --check: the patches and whether the locked version is
     in their range. No network."""
     patches = target_patches(target, catalog.root)
@@ -368,7 +369,7 @@ def failed(results: Sequence[PatchResult]) -> bool:
 
 # --- the build context --------------------------------------------------------------------
 
-def context_files(plan_patches: Sequence[str], lock: "Lockfile",
+def context_files(plan_patches: Sequence[str], lock: Lockfile,
                   root: Path | None = None) -> dict[str, str]:
     """Files for the patch layer, by path relative to the context directory that is copied to
     /opt/imgbuild/: `patcher.py` and `patches/<id>.json` for each listed patch whose package
@@ -387,6 +388,21 @@ def context_files(plan_patches: Sequence[str], lock: "Lockfile",
     if out:
         out["patcher.py"] = PATCHER.read_text(encoding="utf-8")
     return dict(sorted(out.items()))
+
+
+def expected_applied(plan_patches: Sequence[str], lock: "Lockfile",
+                     root: Path | None = None) -> tuple[str, ...]:
+    """The ids the patch layer will apply: those whose `versions` cover the locked version of
+    their package. No network; for the image's labels. (An in-range patch that upstream has
+    backported would be reported obsolete by the build instead; `patches --check` tells.)"""
+    known = load_patches(root)
+    out = []
+    for pid in plan_patches:
+        p = known.get(pid)
+        pkg = lock.package(p.package) if p else None
+        if pkg is not None and p.covers(pkg.version):
+            out.append(pid)
+    return tuple(out)
 
 
 def context_digest(files: dict[str, str]) -> str:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import render
+from . import patches, render
 from .errors import InputError
 from .lock import Lockfile, LockRequest, ensure_lock, read_lock
 from .spec import Catalog, ModelProfile, Override, Target
@@ -52,7 +52,10 @@ class Plan:
     lock_packages: int
     heavy_packages: tuple[str, ...]
     overrides: tuple[Override, ...]
-    patches: tuple[str, ...]
+    patches: tuple[str, ...]  # what the target lists
+    applied_patches: tuple[str, ...]  # those that cover the locked version: the patch layer
+    needed_patches: tuple[str, ...]  # every known patch that covers a locked version
+    patch_digest: str | None  # the patch layer's files, by content (None: no patch layer)
     extra_index_urls: tuple[str, ...]
     smoke_model: str | None
     smoke_model_key: str | None
@@ -93,6 +96,19 @@ def lock_request(cat: Catalog, target: Target) -> LockRequest:
         requirements=reqs, overrides=tuple(o.requirement for o in target.overrides),
         extra_index_urls=tuple(ix.url for ix in target.indexes),
     )
+
+
+def _needed_patches(lock: Lockfile) -> tuple[str, ...]:
+    """Patches images/patches/ knows for the locked versions, listed by the target or not:
+    the smoke test fails an image that lacks one (an affected release without its fix)."""
+    return patches.expected_applied(tuple(patches.load_patches()), lock)
+
+
+def _patch_digest(ids: tuple[str, ...], lock: Lockfile) -> str | None:
+    if not ids:
+        return None
+    files = patches.context_files(ids, lock)
+    return patches.context_digest(files) if files else None
 
 
 def smoke_model_spec(profile: ModelProfile):
@@ -161,6 +177,9 @@ def make_plan(cat: Catalog, target_name: str, *, model: str | None = None,
         lock_packages=len(lock.packages),
         heavy_packages=tuple(f"{p.name}=={p.version}" for p in lock.packages if p.heavy),
         overrides=target.overrides, patches=target.patches,
+        applied_patches=patches.expected_applied(target.patches, lock) if target.patches else (),
+        patch_digest=_patch_digest(target.patches, lock),
+        needed_patches=_needed_patches(lock),
         extra_index_urls=req.extra_index_urls, smoke_model=target.smoke_model,
         smoke_model_key=_smoke_key(cat, target), repository=repository, forced=forced,
     )
@@ -183,7 +202,7 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
         f"{LABEL_NS}.python": draft.python,
         f"{LABEL_NS}.platform": draft.platform_tag,
         f"{LABEL_NS}.lock.hash": draft.lock_hash,
-        f"{LABEL_NS}.patches": ",".join(draft.patches) or "none",
+        f"{LABEL_NS}.patches": ",".join(draft.applied_patches) or "none",
         f"{LABEL_NS}.model": draft.model or "none",
         f"{LABEL_NS}.model-size-gb": f"{draft.model_size_gb:g}" if draft.model_size_gb else "none",
         f"{LABEL_NS}.tp": str(draft.tensor_parallel or "none"),
@@ -203,6 +222,7 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
         "entrypoint": render.entrypoint_sh(),
         "facts": render.image_facts(with_labels),
         "smoke_model": draft.smoke_model_key,
+        "patches": draft.patch_digest,
     }
     key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()
     stem = draft.target + (f"-{draft.model}" if draft.model else "")

@@ -41,7 +41,10 @@ def image_facts(plan: Plan) -> str:
     """/opt/imgbuild/image.json: what the in-image preflight checks the host against."""
     from .preflight import facts_from_plan
 
-    return json.dumps(facts_from_plan(plan).to_dict(), indent=2, sort_keys=True) + "\n"
+    facts = facts_from_plan(plan).to_dict() | {
+        # For the smoke test: which engine to drive, which patches must be in effect.
+        "engine": plan.engine, "patches": list(plan.needed_patches)}
+    return json.dumps(facts, indent=2, sort_keys=True) + "\n"
 
 
 def serve_command(plan: Plan) -> list[str]:
@@ -114,10 +117,15 @@ def dockerfile(plan: Plan) -> str:
         f"COPY lock/rest.txt {ASSETS}/rest.txt\n",
         _install("rest.txt"),
     ]
-    if plan.patches:
+    if plan.patch_digest:
+        from .patches import apply_command
+
         out += [
-            "# Compatibility patches: after the engine they patch, before the smoke assets.\n",
-            f"# patches: {', '.join(plan.patches)}\n",
+            "# Compatibility patches, in their own layer right after the engine they patch: a\n"
+            "# patch change rebuilds only this. A hunk that does not apply fails the build;\n"
+            "# one already fixed upstream is reported obsolete and skipped.\n",
+            f"COPY patchset/ {ASSETS}/\n",
+            f"RUN {apply_command(f'{VENV}/bin/python')}\n",
         ]
     out += [
         "# The payload (smoke test, host preflight, entrypoint, the image's facts) and the lock\n"

@@ -248,3 +248,32 @@ def test_failed_smoke_moves_no_tag_and_force_is_loud(base_image, images_copy, re
     assert digest and doc["pushed"][0].endswith(digest)
     rep = fetch_report(repo, digest)
     assert rep["ok"] is False and rep["forced"] is True
+
+
+def test_refresh_digests_pins_cuda_bases_from_a_mirror(base_image, images_copy, registry_repo,
+                                                       docker_client):
+    """Docker Hub is out of reach here: the same Distribution API is exercised against the
+    local registry holding an image under the nvidia/cuda path."""
+    from builder.registry import push
+
+    host = registry_repo.split("/")[0]
+    mirror = f"{host}/mirror-{registry_repo.rsplit('-', 1)[1]}"
+    tag = "13.0.0-cudnn-devel-ubuntu24.04"
+    img = docker_client.images.get(base_image["image"])
+    img.tag(f"{mirror}/nvidia/cuda", tag)
+    digest = push(docker_client, f"{mirror}/nvidia/cuda:{tag}")
+    doc = _json(run_imgbuild("base", "refresh-digests", "--mirror", mirror, "--json",
+                             "--images", str(images_copy)))
+    assert doc["digests"][f"nvidia/cuda:{tag}"] == digest
+    assert doc["digests"]["nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"] is None
+    text = (images_copy / "bases.yaml").read_text()
+    assert f'"nvidia/cuda:{tag}": "{digest}"' in text and "# Base images." in text
+    plan = _json(run_imgbuild("plan", "sglang-blackwell", "--no-checks", "--json",
+                              "--images", str(images_copy)))
+    assert plan["base_image"] == f"nvidia/cuda:{tag}@{digest}"
+    # Unreachable: exit 3, nothing written.
+    before = (images_copy / "bases.yaml").read_bytes()
+    r = run_imgbuild("base", "refresh-digests", "--mirror", "127.0.0.1:5999/x",
+                     "--images", str(images_copy))
+    assert r.returncode == 3 and "unreachable" in r.stderr
+    assert (images_copy / "bases.yaml").read_bytes() == before

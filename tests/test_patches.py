@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import difflib
 import hashlib
-import dataclasses
 import importlib.metadata
 import importlib.util
 import io
@@ -396,6 +396,7 @@ def test_context_files_carry_the_patcher_and_each_patch_as_json():
     assert mixed["variants"][3]["diff"].startswith(f"--- a/{CT}")
     assert patches.context_digest(files) == patches.context_digest(dict(files))
     assert patches.context_files((), lock) == {}
+    assert patches.expected_applied(t.patches, lock) == (MIXED, IGNORE)
     slim = cat.target("tiny-cpu")
     assert patches.context_files(t.patches, read_lock(
         ROOT / "lockfiles" / lock_request(cat, slim).filename())) == {}  # no sglang there

@@ -14,10 +14,13 @@ A patch set is a directory of `<id>.json` files, rendered from `images/patches/<
 For the installed version of `package`:
 
 - inside `versions`: the variant whose `versions` contains it is applied. Every hunk must
-  match exactly (no fuzz; only its line position may move). A hunk whose patched side is
-  already there and whose original side is not counts as present; a patch with every hunk
-  present is *obsolete* (upstream has the change) and is not applied, unless this patcher
-  applied it before (the report says so), which makes a second run a no-op.
+  match exactly (no fuzz; only its line position may move). A hunk counts as present when
+  its patched side is in the file and its original side is not, or, where upstream made the
+  same change amid other code, when its changed lines (with the context between them and
+  next to one of their own context lines) are there and the removed lines are not. A patch
+  with every hunk present is *obsolete* (upstream has the change) and is not applied, unless
+  this patcher applied it before (the report says so), which makes a second run a no-op.
+  Presence is only ever used to skip a patch, never to write; the probes check the result.
 - outside `versions`: never applied. If a variant's patched side is fully present the patch
   is *obsolete* (fixed upstream), otherwise *not-applicable*.
 

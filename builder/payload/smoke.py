@@ -887,11 +887,45 @@ def check_gpu(model_dir: Path, facts: dict[str, Any], engine: str, mode: str
     return PASS, f"{engine} on {name} ({sm}, image arch {by}) generated the reference tokens", details
 
 
+def check_patches(facts: dict[str, Any], here: Path) -> tuple[str, str, dict[str, Any]]:
+    """Stage 2: every patch the target expects is in effect and its probe passes."""
+    import subprocess
+
+    expected = list(facts.get("patches") or [])
+    patcher, pdir, report = here / "patcher.py", here / "patches", here / "patches.json"
+    if not expected and not patcher.exists():
+        return SKIPPED, "skipped: the image carries no patches", {}
+    if not patcher.exists() or not report.exists():
+        return FAIL, ("the installed versions need patches this image lacks: "
+                      + ", ".join(expected) + " (no patch layer; list them under the target's "
+                      "`patches:`)"), {"expected": expected}
+    proc = subprocess.run([sys.executable, str(patcher), "--probe", "--patches", str(pdir),
+                           "--report", str(report)], capture_output=True, text=True)
+    try:
+        res = json.loads(proc.stdout[proc.stdout.index("{"):])
+    except ValueError:
+        return FAIL, "the patcher printed no probe report: " + proc.stderr.strip()[-300:], {}
+    probes = {r["id"]: r for r in res.get("probes", [])}
+    missing = [e for e in expected if e not in probes or probes[e]["status"] not in
+               ("applied", "obsolete", "already-applied")]
+    failing = [f"{i}: {r.get('detail')}" for i, r in probes.items() if r.get("probe") == "fail"]
+    details = {"expected": expected, "probes": list(probes.values())}
+    if missing:
+        return FAIL, ("the installed versions need patches that are not in effect: "
+                      + ", ".join(missing)), details
+    if failing:
+        return FAIL, "patch probes fail: " + "; ".join(failing), details
+    n = sum(1 for r in probes.values() if r.get("probe") == "pass")
+    return PASS, f"{n} patch probe(s) pass: " + ", ".join(probes), details
+
+
 def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",
               facts: Path | None = None, engine: str | None = None) -> dict[str, Any]:
     report = _run_cpu_stages(lock, model)
     stages = report["stages"]
     f = _image_facts(facts) if facts else {}
+    if facts is not None:
+        stages.insert(1, _stage("patches", lambda: check_patches(f, facts.parent)))
     eng = engine or f.get("engine") or "transformers"
     if gpu == "off":
         stages.append(_skipped("gpu-engine", "skipped: --gpu off"))
