@@ -35,9 +35,10 @@ import os
 import re
 import struct
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -57,9 +58,6 @@ FUSED_LOOKUPS = ("shards-unless-listed", "direct-first")
 # The value of each behaviour that no longer loses information.
 FIXED = {"ignore_matcher": ("suffix", "exact"), "activation_gate": ("per-group",),
          "packed_modules_mapping": ("config", "config+model")}
-# Formats SGLang treats as "activations may be quantized" (utils.py:13-21 in 0.5.16).
-ACTIVATION_FORMATS = ("naive-quantized", "int-quantized", "float-quantized",
-                      "nvfp4-pack-quantized", "pack-quantized")
 QUANT_PARAMS = ("weight_packed", "weight_scale")
 EXAMPLES = 5
 SEVERITIES = ("error", "warning", "info")
@@ -320,7 +318,7 @@ class Checkpoint:
     @classmethod
     def from_tensors(cls, config: dict[str, Any], tensor_names: Iterable[str], source: str, *,
                      names_from: str | None = None, config_path: Path | None = None,
-                     config_text: str | None = None) -> "Checkpoint":
+                     config_text: str | None = None) -> Checkpoint:
         modules: set[str] = set()
         quantized: set[str] = set()
         w4a4: set[str] = set()
@@ -592,15 +590,32 @@ class NameIndex:
                 for idx, ps in enumerate(self._lower()):
                     if len(ps) > 1:
                         t.setdefault((ps[-2], ps[-1]), []).append(idx)
-            else:  # the m components before the last -> (last, the one before them, name)
-                for idx, ps in enumerate(self._lower()):
-                    if len(ps) >= m + 2:
-                        t.setdefault(".".join(ps[-m - 1:-1]), []).append(
-                            (ps[-1], ps[-m - 2], idx))
-                for v in t.values():
-                    v.sort()
+            else:
+                self.build({m})
+                return self._tables[m]
             self._tables[m] = t
         return t
+
+    def build(self, ms: Iterable[int]) -> None:
+        """The tables for k-1 = m middle components (m >= 1), several in one pass: the m
+        components before the last -> sorted (last, the component before them, name)."""
+        ms = sorted({m for m in ms if m >= 1 and m not in self._tables})
+        if not ms:
+            return
+        top = ms[-1]
+        tables: dict[int, dict[str, list[tuple[str, str, int]]]] = {m: {} for m in ms}
+        # rsplit keeps the front in one piece, which has the components before them all
+        for idx, ps in enumerate(n.lower().rsplit(".", top + 1) for n in self.names):
+            count, last = len(ps), ps[-1]
+            for m in ms:
+                if count >= m + 2:
+                    head = ps[-m - 2]
+                    tables[m].setdefault(".".join(ps[-m - 1:-1]), []).append(
+                        (last, head[head.rfind(".") + 1:], idx))
+        for m, t in tables.items():
+            for v in t.values():
+                v.sort()
+            self._tables[m] = t
 
     def _minimal(self, e: str) -> list[int]:
         parts = e.split(".")
@@ -663,10 +678,43 @@ class NameIndex:
 
 
 def ignored_set(entries: Iterable[Any], index: NameIndex, matcher: str) -> set[str]:
+    entries = list(entries)
+    if matcher == "substring":
+        index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     out: set[str] = set()
     for e in entries:
         if isinstance(e, str):
             out.update(index.matches(e, matcher))
+    return out
+
+
+def names_ignored(names: Iterable[str], entries: Iterable[Any], matcher: str) -> set[str]:
+    """Which of a few names (not in any index) an ignore list matches: each name's substrings,
+    dotted suffixes or itself are looked up among the entries, so the cost follows the names,
+    not the entries."""
+    plain = {e for e in entries if isinstance(e, str) and not e.startswith("re:")}
+    rxs = []
+    for e in entries:
+        if isinstance(e, str) and e.startswith("re:"):
+            try:
+                rxs.append(re.compile(e[3:]))
+            except re.error:
+                pass
+    lower = {e.lower() for e in plain}
+    longest = max(map(len, lower), default=0)
+    out = set()
+    for n in names:
+        hit = False
+        if matcher == "exact":
+            hit = n in plain
+        elif matcher == "suffix":
+            hit = n in plain or any(n[i + 1:] in plain for i, c in enumerate(n) if c == ".")
+        elif matcher == "substring":
+            ln = n.lower()
+            hit = any(ln[i:j] in lower for i in range(len(ln))
+                      for j in range(i + 1, min(len(ln), i + longest) + 1))
+        if hit or any(r.match(n) for r in rxs):
+            out.add(n)
     return out
 
 
@@ -730,6 +778,8 @@ def analyze_ignore(entries: Sequence[Any], index: NameIndex, quantized: Iterable
         return IgnoreAnalysis(matcher, n, (), frozenset(), (), False, suspects)
     hiding: list[Hiding] = []
     hidden: set[str] = set()
+    if matcher == "substring":
+        index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     if matcher != "exact":
         for e in entries:
             if not isinstance(e, str) or e.startswith("re:"):
@@ -744,9 +794,6 @@ def analyze_ignore(entries: Sequence[Any], index: NameIndex, quantized: Iterable
 
 
 # --- the fix: anchored re: entries -----------------------------------------------------------
-
-_NUM = re.compile(r"0|[1-9][0-9]*")
-
 
 def _fill9(n: int, count: int) -> int:
     s = str(n)
@@ -834,8 +881,9 @@ def collapse(entries: Iterable[str]) -> list[str]:
     shapes: dict[tuple[str | None, ...], list[tuple[str, ...]]] = {}
     for e in dict.fromkeys(entries):
         parts = e.split(".")
-        key = tuple(None if _NUM.fullmatch(p) else p for p in parts)
-        shapes.setdefault(key, []).append(tuple(p for p in parts if _NUM.fullmatch(p)))
+        num = [p.isdigit() and p.isascii() and (p[0] != "0" or p == "0") for p in parts]
+        key = tuple(None if d else p for p, d in zip(parts, num))
+        shapes.setdefault(key, []).append(tuple(p for p, d in zip(parts, num) if d))
     out = []
     for key, tuples in shapes.items():
         for row in _factor(tuples):
@@ -871,13 +919,14 @@ class FixResult:
     proof: Proof | None = None
     unignored: tuple[str, ...] = ()  # non-quantized modules the engine no longer ignores
     packed_added: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    ignore_added: tuple[str, ...] = ()  # fused layer names listed in `ignore`
     out: Path | None = None
     orig: Path | None = None
     orig_kept: bool = False  # an earlier .orig was there and was kept
 
     @property
     def changed(self) -> bool:
-        return bool(self.replaced or self.packed_added)
+        return bool(self.replaced or self.packed_added or self.ignore_added)
 
     def to_dict(self) -> dict[str, Any]:
         return {"replaced": len(self.replaced), "replaced_examples": list(self.replaced[:EXAMPLES]),
@@ -885,17 +934,21 @@ class FixResult:
                 "unignored": len(self.unignored),
                 "unignored_examples": list(self.unignored[:EXAMPLES]),
                 "packed_modules_mapping_added": {k: list(v) for k, v in self.packed_added.items()},
+                "ignore_added": list(self.ignore_added),
                 "out": str(self.out) if self.out else None,
                 "orig": str(self.orig) if self.orig else None, "orig_kept": self.orig_kept}
 
 
 def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
         matcher: str = "substring", *, quantized: Iterable[str] = (),
-        packed: Mapping[str, Sequence[str]] | None = None) -> FixResult:
+        packed: Mapping[str, Sequence[str]] | None = None,
+        add_ignore: Sequence[str] = ()) -> FixResult:
     """A corrected copy of `config`: every plain ignore entry that `matcher` (and, as the most
     permissive, the substring matcher) applies to more names than the entry itself is replaced
     by anchored `re:` expressions that match exactly those entries. `packed` entries are added
-    to quantization_config.packed_modules_mapping. Raises JobFailed if the proof fails."""
+    to quantization_config.packed_modules_mapping; `add_ignore` names (engine-side fused layer
+    names, which name no module of the checkpoint) are appended to `ignore`. Raises JobFailed
+    if the proof fails."""
     index = module_names if isinstance(module_names, NameIndex) else NameIndex(module_names)
     quantized = set(quantized)
     new = copy.deepcopy(dict(config))
@@ -905,6 +958,7 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
     entries = ignore_entries(new)
     matchers = tuple(dict.fromkeys((matcher, "substring")))
     offending: list[str] = []
+    index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     for e in entries:
         if not isinstance(e, str) or e.startswith("re:"):
             continue
@@ -923,7 +977,13 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
                 placed = True
             continue
         new_entries.append(e)
-    if offending:
+    extra = [n for n in add_ignore if n not in index.set and n not in entries]
+    if any(set(index.matches(n, m)) for n in extra for m in matchers):
+        raise InputError("a fused layer name to add to `ignore` would match checkpoint modules",
+                         facts=[f"{n}: {index.matches(n, 'substring')[:3]}" for n in extra
+                                if index.matches(n, "substring")][:3])
+    new_entries += extra
+    if offending or extra:
         q["ignore"] = new_entries
     packed_added: dict[str, tuple[str, ...]] = {}
     if packed:
@@ -953,7 +1013,8 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
                         + ([] if entries_matched else ["some replaced entry is not matched"]),
                         hint="report this as a bug; the original config.json was not changed")
     unignored = tuple(sorted(((before_engine - after[matcher]) & index.leaves) - quantized))
-    return FixResult(new, tuple(offending), added, proof, unignored, packed_added)
+    return FixResult(new, tuple(offending), added, proof, unignored, packed_added,
+                     ignore_added=tuple(extra))
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -1156,9 +1217,14 @@ def _ignore_findings(ana: IgnoreAnalysis, beh: Behaviour, target: Target | None,
                "exactly the same modules and no child")
     if fixed is not None and fixed.out is not None:
         fix_way = f"the corrected config.json is at {fixed.out} (the original beside it)"
-    return [Finding("ignore-parent", "error",
+    known = f is not None and f.value is not None
+    if not known:
+        facts[1] = (f"how {_engine_label(beh)} matches the ignore list is not recorded "
+                    f"(images/checks/engines.yaml); judged as {how}")
+    return [Finding("ignore-parent", "error" if known else "warning",
                     f"{len(ana.hiding)} ignore entries silently de-quantize "
-                    f"{len(ana.hidden)} quantized modules under {beh.engine} {beh.version}",
+                    f"{len(ana.hidden)} quantized modules under {beh.engine} {beh.version}"
+                    + ("" if known else " (if it matches by substring)"),
                     tuple(facts), _way_out(f, target, fix_way),
                     {"entries": len(ana.hiding), "ignore_entries": ana.entries,
                      "parent_entries": parents, "hidden_modules": len(ana.hidden),
@@ -1248,20 +1314,29 @@ def _fused_findings(ckpt: Checkpoint, ctx: _Ctx, q: Mapping[str, Any], beh: Beha
     extra = [f"{p}.{f}" for f, p, _ in layers]
     for f, p, _ in layers:
         extra += [f"{p}.{f}".replace(f, s) for s in mapping.get(f, ())]
-    xindex = NameIndex(extra)
-    direct = {m: ignored_set(ctx.entries, xindex, m) | ctx.ignored(m) for m in {matcher, "exact"}}
     entry_set = {e for e in ctx.entries if isinstance(e, str)}
+    direct = {m: names_ignored(extra, ctx.entries, m) | ctx.ignored(m)
+              for m in {matcher, "exact"}}
 
-    def engine_ignores(layer: str, fused: str, m: str) -> bool | None:
-        """True/False, or None when the shards disagree (the engine raises)."""
+    def engine_ignores(layer: str, fused: str, m: str, mp: Mapping[str, Sequence[str]]
+                       ) -> bool | None:
+        """The engine's should_ignore_layer: True/False, or None when the shards disagree
+        (the engine raises)."""
         listed = layer in direct[m]
         if beh.fused_lookup == "direct-first" and listed:
             return True
-        if fused in mapping and (beh.fused_lookup == "direct-first"
-                                 or layer not in entry_set):
-            got = {layer.replace(fused, s) in direct[m] for s in mapping[fused]}
+        if fused in mp and (beh.fused_lookup == "direct-first" or layer not in entry_set):
+            got = {layer.replace(fused, s) in direct[m] for s in mp[fused]}
             return got.pop() if len(got) == 1 else None
         return listed
+
+    def targeted(layer: str, fused: str, mp: Mapping[str, Sequence[str]]) -> bool:
+        return _target_matches(layer, targets, fused) or (fused in mp and all(
+            _target_matches(layer.replace(fused, s), targets) for s in mp[fused]))
+
+    def right(want: bool, layer: str, fused: str, m: str, mp) -> bool:
+        eng = engine_ignores(layer, fused, m, mp)
+        return eng is True if want else (eng is False and targeted(layer, fused, mp))
 
     problems: dict[tuple[str, str], list[str]] = {}
     needs: dict[str, tuple[str, ...]] = {}
@@ -1269,30 +1344,28 @@ def _fused_findings(ckpt: Checkpoint, ctx: _Ctx, q: Mapping[str, Any], beh: Beha
         layer = f"{parent}.{fused}"
         intended = [s in ctx.ignored("exact") for s in shard_names]
         quant = [s in ctx.quantized for s in shard_names]
-        eng = engine_ignores(layer, fused, matcher)
         if all(intended) or not any(quant):
             want = True  # bf16 shards
         elif not any(intended) and all(quant):
             want = False
         else:
-            problems.setdefault(("mixed", fused), []).append(layer)
+            continue  # shards with different schemes: no mapping helps, nor is one needed
+        full = {**mapping, fused: table.fused[fused]}
+        if right(want, layer, fused, matcher, mapping):
+            # right, but perhaps only through substring matching of the shard names
+            if matcher != "exact" and fused not in mapping and \
+                    not right(want, layer, fused, "exact", mapping) and \
+                    right(want, layer, fused, "exact", full):
+                problems.setdefault(("accident", fused), []).append(layer)
+                needs[fused] = table.fused[fused]
             continue
-        if eng is None:
-            problems.setdefault(("mixed", fused), []).append(layer)
-        elif want and not eng:
-            problems.setdefault(("quantizes-bf16", fused), []).append(layer)
-        elif not want and eng:
-            problems.setdefault(("dequantizes", fused), []).append(layer)
-        elif not want and not _target_matches(layer, targets, fused) and not (
-                fused in mapping and all(_target_matches(layer.replace(fused, s), targets)
-                                         for s in mapping[fused])):
-            problems.setdefault(("no-target", fused), []).append(layer)
-        elif want and matcher != "exact" and engine_ignores(layer, fused, "exact") is False \
-                and fused not in mapping:
-            problems.setdefault(("accident", fused), []).append(layer)
-        else:
-            continue
-        needs[fused] = table.fused[fused]  # a mapping to the shards settles every case above
+        if not right(want, layer, fused, matcher, full):
+            continue  # a mapping would not help: the ignore list is at fault (ignore-parent)
+        eng = engine_ignores(layer, fused, matcher, mapping)
+        kind = ("mixed" if eng is None else "quantizes-bf16" if want else
+                "dequantizes" if eng else "no-target")
+        problems.setdefault((kind, fused), []).append(layer)
+        needs[fused] = table.fused[fused]
     out: list[Finding] = []
     consequences = {
         "quantizes-bf16": ("the engine treats {layer} as quantized, but the checkpoint stores "
@@ -1309,15 +1382,9 @@ def _fused_findings(ckpt: Checkpoint, ctx: _Ctx, q: Mapping[str, Any], beh: Beha
                      "with exact or suffix matching ({fix}) it would be quantized though its "
                      "shards are bf16"),
     }
-    pm_way = ""
-    if source in ("config", "config+model"):
-        pm_way = ("add quantization_config.packed_modules_mapping to config.json "
-                  "(`--fix OUT` writes it)")
-    elif pf is not None and pf.fix_patch:
-        yaml = f"images/{target.name}.yaml" if target else "the target's yaml"
-        pm_way = (f"add `{pf.fix_patch}` to `patches:` in {yaml} (the engine then also reads "
-                  f"config.json's mapping) and write the mapping into config.json "
-                  f"(`--fix OUT` does)")
+    reads_config = source in ("config", "config+model")
+    yaml = f"images/{target.name}.yaml" if target else "the target's yaml"
+    add_ignore: list[str] = []
     im = beh.facts.get("ignore_matcher")
     for (kind, fused), lays in problems.items():
         shards = table.fused[fused]
@@ -1337,7 +1404,7 @@ def _fused_findings(ckpt: Checkpoint, ctx: _Ctx, q: Mapping[str, Any], beh: Beha
         else:
             facts.append(f"config.json's quantization_config has no packed_modules_mapping for "
                          f"{fused}, and {beh.engine} {beh.version} reads it from there only")
-        facts.append(consequences[kind].format(
+        facts.append(("" if known else "if it does not: ") + consequences[kind].format(
             layer=lays[0], fix=(f"{beh.engine} >= {im.fixed_in}" if im and im.fixed_in else
                                 "a fixed engine")))
         sev = "warning" if kind == "accident" or not known else "error"
@@ -1349,10 +1416,28 @@ def _fused_findings(ckpt: Checkpoint, ctx: _Ctx, q: Mapping[str, Any], beh: Beha
                 "mixed": f"{len(lays)} fused {fused} layers have shards with different schemes",
                 "accident": f"{len(lays)} fused {fused} layers are ignored only by accident of "
                             f"substring matching"}[kind]
-        way = pm_way or "serve it with an engine whose model class maps the shards"
-        out.append(Finding("fused-projection", sev, head, tuple(facts), way,
+        ways = []
+        if reads_config:
+            ways.append(f"add packed_modules_mapping {{{fused}: {list(shards)}}} to "
+                        f"quantization_config in config.json (`--fix OUT` writes it)")
+        if kind in ("quantizes-bf16", "accident"):
+            # The fused names, listed in `ignore`, match the engine's layer directly, and
+            # name no module of the checkpoint (compressed-tensors ignores nothing more).
+            add_ignore += lays
+            ways.append(f"list the fused layers in `ignore` (`--fix OUT` adds the {len(lays)} "
+                        f"{fused} names; they name no checkpoint module)")
+        elif kind == "no-target":
+            ways.append(f"make a config-group target match the fused name too, e.g. "
+                        f"`re:.*\\.{fused}$` beside the group's targets for {', '.join(shards)}")
+        if not reads_config and pf is not None and pf.fix_patch:
+            ways.append(f"add `{pf.fix_patch}` to `patches:` in {yaml} and write the mapping "
+                        f"into config.json")
+        if not ways:
+            ways.append("serve it with an engine whose model class maps the shards")
+        out.append(Finding("fused-projection", sev, head, tuple(facts), "; or ".join(ways),
                            {"layers": len(lays)}, tuple(lays[:EXAMPLES])))
-    return out, needs
+    fixes = {"packed": needs if reads_config else {}, "ignore": tuple(dict.fromkeys(add_ignore))}
+    return out, fixes
 
 
 def _w4a4_findings(ckpt: Checkpoint, q: Mapping[str, Any], beh: Behaviour, target: Target | None,
@@ -1459,11 +1544,13 @@ def check(checkpoint: Checkpoint, *, target: Target | None, catalog: Catalog | N
     ana = analyze_ignore(entries, index, checkpoint.quantized, matcher or "substring")
     findings += _ignore_findings(ana, beh, target, None)
     ctx = _Ctx(index, checkpoint.quantized, entries)
-    fused, needs = _fused_findings(checkpoint, ctx, q, beh, table, target)
+    fused, fused_fix = _fused_findings(checkpoint, ctx, q, beh, table, target)
     findings += fused
     findings += _w4a4_findings(checkpoint, q, beh, target, catalog)
     if analysis_out is not None:
-        analysis_out.update(ignore=ana, index=index, packed=needs, behaviour=beh)
+        analysis_out.update(ignore=ana, index=index, behaviour=beh,
+                            packed=fused_fix.get("packed") or {},
+                            add_ignore=fused_fix.get("ignore") or ())
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: order.get(f.severity, 9))
 
@@ -1489,9 +1576,13 @@ class Report:
     def exit_code(self) -> int:
         """1 when an error remains that the written fix does not address, else 0."""
         fixed = {"ignore-parent"} if self.fix and self.fix.out else set()
-        if self.fix and self.fix.out and self.fix.packed_added:
-            fixed.add("fused-projection")
-        return 1 if any(f.kind not in fixed for f in self.errors) else 0
+        errors = self.errors
+        if self.fix and self.fix.out and (self.fix.packed_added or self.fix.ignore_added):
+            # a fused-layer error the fix settles: its layers are now listed, or mapped
+            done = set(self.fix.ignore_added)
+            errors = [f for f in errors if not (f.kind == "fused-projection" and (
+                set(f.examples) <= done or self.fix.packed_added))]
+        return 1 if any(f.kind not in fixed for f in errors) else 0
 
     def to_dict(self) -> dict[str, Any]:
         c = self.checkpoint
@@ -1556,7 +1647,7 @@ def check_model(path_or_alias: str, target_name: str, catalog: Catalog, lock_dir
                                     f".safetensors beside config.json"],
                              hint="run check-model on the checkpoint directory")
         result = fix(ckpt.config, extra["index"], "substring", quantized=ckpt.quantized,
-                     packed=extra["packed"] or None)
+                     packed=extra["packed"] or None, add_ignore=extra["add_ignore"])
         text = ckpt.config_text if ckpt.config_text is not None else \
             json.dumps(ckpt.config, indent=2) + "\n"
         result = write_fix(result, fix_out, text)
@@ -1625,9 +1716,14 @@ def render(report: Report, console=None) -> None:
             console.print(Text("equal: yes" if p.equal else "equal: NO", style="green"
                                if p.equal else "red"))
         if fx.unignored:
-            console.print(Text(f"note: {len(fx.unignored)} unquantized modules the engine "
-                               f"ignored only through the replaced entries are no longer "
-                               f"ignored (e.g. {fx.unignored[0]})", style="yellow"))
+            console.print(Text(f"note: {len(fx.unignored)} modules with plain weights (e.g. "
+                               f"{fx.unignored[0]}) were ignored only through the replaced "
+                               f"entries; the engine now applies the config groups' targets to "
+                               f"them, as compressed-tensors did when it wrote the checkpoint",
+                               style="yellow"))
+        if fx.ignore_added:
+            console.print(Text(f"added {len(fx.ignore_added)} fused layer names to ignore "
+                               f"(e.g. {fx.ignore_added[0]})"))
         if fx.packed_added:
             console.print(Text("added packed_modules_mapping: " + json.dumps(
                 {k: list(v) for k, v in fx.packed_added.items()})))

@@ -332,6 +332,19 @@ def cmd_patches(args) -> int:
     return EXIT_FAILED if patches.failed(results) else EXIT_OK
 
 
+def cmd_check_model(args) -> int:
+    from .checkmodel import check_model, render
+
+    cat = _catalog(args)
+    _, lock_dir, _ = _paths(args)
+    rep = check_model(args.model, args.target, cat, lock_dir, args.fix)
+    if args.json:
+        ui.print_json(rep.to_dict())
+    else:
+        render(rep, ui.console())
+    return rep.exit_code
+
+
 def cmd_doctor(args) -> int:
     from . import doctor
 
@@ -468,6 +481,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("target")
     s.add_argument("--check", action="store_true")
     s.set_defaults(func=cmd_patches)
+    s = sub.add_parser("check-model", parents=[common],
+                       help="lint a checkpoint's config.json against a target's locked engine")
+    s.add_argument("model", metavar="PATH|ALIAS")
+    s.add_argument("--target", required=True)
+    s.add_argument("--fix", metavar="OUT", help="write a corrected config.json (original kept "
+                   "beside it) whose ignore list ignores exactly the same modules")
+    s.set_defaults(func=cmd_check_model)
     s = sub.add_parser("doctor", parents=[common],
                        help="match a server log or traceback against known failures")
     s.add_argument("log", metavar="LOGFILE|-")
