@@ -12,7 +12,7 @@ from . import ui
 from .errors import EXIT_FAILED, EXIT_OK, ImgbuildError, InputError
 
 COMMANDS = ("list", "plan", "lock", "check-deps", "build", "pull", "smoke", "preflight", "doctor",
-            "check-model", "patches", "base")
+            "check-model", "patches", "matrix", "outdated", "relock", "base")
 
 
 def _paths(args) -> tuple[Path | None, Path, Path | None]:
@@ -120,7 +120,8 @@ def cmd_plan(args) -> int:
 def cmd_lock(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from .lock import check_overrides, lock_many, read_lock, resolve_explained
+    from .errors import ResolveError
+    from .lock import check_overrides, lock_many, read_lock, resolve, resolve_explained
     from .plan import lock_request
 
     cat = _catalog(args)
@@ -133,10 +134,18 @@ def cmd_lock(args) -> int:
     failed: list[Exception] = []
     if args.check:
         def fresh(r):
+            # Stale means the lock no longer matches its spec: resolve keeping the locked
+            # versions where they still fit. Upstream releases alone are `imgbuild outdated`'s
+            # news, not drift (a push must not fail because numpy released).
+            path = lock_dir / r.filename()
+            current = read_lock(path).body if path.exists() else None
             try:
-                return resolve_explained(r, wheels), None
-            except ImgbuildError as e:
-                return None, e
+                return resolve(r, wheels, prefer=current), None
+            except ResolveError:
+                try:
+                    return resolve_explained(r, wheels), None
+                except ImgbuildError as e:
+                    return None, e
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(fresh, reqs))
@@ -345,6 +354,59 @@ def cmd_check_model(args) -> int:
     return rep.exit_code
 
 
+def cmd_matrix(args) -> int:
+    import json
+
+    from . import matrix
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    jobs = matrix.jobs(cat, lock_dir, changed_since=args.changed_since,
+                       repository=args.registry or "imgbuild")
+    if args.format == "github":
+        doc = matrix.github(jobs)
+    elif args.format == "bake":
+        doc = matrix.bake(jobs, cat, lock_dir, wheels=wheels)
+        if args.contexts:
+            matrix.write_contexts(jobs, cat, lock_dir, Path(args.contexts), wheels=wheels)
+    else:
+        doc = {"jobs": [j.to_dict() for j in jobs]}
+    # Plain JSON on stdout, one line for github (it goes into $GITHUB_OUTPUT).
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n" if args.format == "github"
+                     else json.dumps(doc, indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_outdated(args) -> int:
+    from . import outdated
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    news = outdated.outdated(cat, lock_dir, targets=args.targets or None, wheels=wheels)
+    if args.json:
+        ui.print_json(outdated.to_dict(news))
+    else:
+        outdated.render(news)
+    return EXIT_OK  # a report, not a check: news is not a failure
+
+
+def cmd_relock(args) -> int:
+    from . import outdated
+
+    cat = _catalog(args)
+    _, lock_dir, wheels = _paths(args)
+    res = outdated.relock(cat, args.target, args.upgrade, lock_dir, wheels=wheels)
+    if args.json:
+        ui.print_json(res.to_dict())
+    else:
+        c = ui.console()
+        for line in res.diff:
+            c.out(line, highlight=False)
+        if res.note:
+            c.print(res.note)
+    return EXIT_OK
+
+
 def cmd_doctor(args) -> int:
     from . import doctor
 
@@ -488,6 +550,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--fix", metavar="OUT", help="write a corrected config.json (original kept "
                    "beside it) whose ignore list ignores exactly the same modules")
     s.set_defaults(func=cmd_check_model)
+    s = sub.add_parser("matrix", parents=[common], help="CI jobs from images/: github, bake, json")
+    s.add_argument("--format", choices=("github", "bake", "json"), default="json")
+    s.add_argument("--changed-since", metavar="REF",
+                   help="only jobs whose content key changed since this git ref")
+    s.add_argument("--registry", help="repository the tags are for")
+    s.add_argument("--contexts", metavar="DIR", help="with bake: write each job's build context")
+    s.set_defaults(func=cmd_matrix)
+    s = sub.add_parser("outdated", parents=[common],
+                       help="newer upstream releases per target: available, blocked by, held")
+    s.add_argument("targets", nargs="*")
+    s.set_defaults(func=cmd_outdated)
+    s = sub.add_parser("relock", parents=[common], help="re-resolve a target upgrading packages")
+    s.add_argument("target")
+    s.add_argument("--upgrade", action="append", required=True, metavar="PKG[==VER]")
+    s.set_defaults(func=cmd_relock)
     s = sub.add_parser("doctor", parents=[common],
                        help="match a server log or traceback against known failures")
     s.add_argument("log", metavar="LOGFILE|-")

@@ -232,18 +232,39 @@ def index_args(req: LockRequest, wheels: Path | None) -> list[str]:
     return args
 
 
-def resolve(req: LockRequest, wheels: Path | None = None) -> str:
-    """Run uv for the target platform; return the hash-pinned body or raise ResolveError."""
+def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None = None,
+            upgrade: tuple[str, ...] = (), constraints: tuple[str, ...] = (),
+            index_urls: tuple[str, ...] | None = None) -> str:
+    """Run uv for the target platform; return the hash-pinned body or raise ResolveError.
+
+    prefer: a lock body whose versions uv keeps where they still satisfy the inputs (all but
+    the `upgrade` packages); index_urls: replace the default index (first) and add others.
+    """
     with tempfile.TemporaryDirectory(prefix="imgbuild-lock-") as td:
         reqs = Path(td) / "requirements.in"
         reqs.write_text("\n".join(req.requirements) + "\n")
+        out = Path(td) / "out.txt"
+        if prefer:
+            out.write_text(prefer)
         cmd = [uv_bin(), "pip", "compile", str(reqs), "--generate-hashes", "--no-header",
                "--python-version", req.python, "--python-platform", req.uv_platform,
-               "--no-progress", "--quiet", "-o", str(Path(td) / "out.txt")]
+               "--no-progress", "--quiet", "-o", str(out)]
         if req.overrides:
             ov = Path(td) / "overrides.txt"
             ov.write_text("\n".join(req.overrides) + "\n")
             cmd += ["--overrides", str(ov)]
+        if constraints:
+            c = Path(td) / "constraints.txt"
+            c.write_text("\n".join(constraints) + "\n")
+            cmd += ["-c", str(c)]
+        for p in upgrade:
+            # --refresh-package: the index page of what we ask about is read again, so a
+            # release the JSON API shows is one uv sees too.
+            cmd += ["--upgrade-package", p, "--refresh-package", p]
+        if index_urls:
+            cmd += ["--default-index", index_urls[0]]
+            for u in index_urls[1:]:
+                cmd += ["--extra-index-url", u]
         cmd += index_args(req, wheels)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env())
         if proc.returncode != 0:
@@ -253,7 +274,7 @@ def resolve(req: LockRequest, wheels: Path | None = None) -> str:
                 facts=[ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-25:],
                 hint="relax a requirement, or add an override with a reason to "
                      f"images/{req.target}.yaml")
-        body = (Path(td) / "out.txt").read_text()
+        body = out.read_text()
     # uv annotates with the temp files' paths; keep the annotations, drop the random directory
     # so that the same inputs give the same bytes.
     return body.replace(td + "/", "")

@@ -390,7 +390,7 @@ def context_files(plan_patches: Sequence[str], lock: Lockfile,
     return dict(sorted(out.items()))
 
 
-def expected_applied(plan_patches: Sequence[str], lock: "Lockfile",
+def expected_applied(plan_patches: Sequence[str], lock: Lockfile,
                      root: Path | None = None) -> tuple[str, ...]:
     """The ids the patch layer will apply: those whose `versions` cover the locked version of
     their package. No network; for the image's labels. (An in-range patch that upstream has

@@ -46,7 +46,12 @@ def test_lock_check_reports_a_stale_lock_with_its_diff(fake_images, index, tmp_p
     assert b"ctensors==0.10.0" in before
     r = run_imgbuild("lock", "--all", "--check", "--images", str(fake_images), env=env)
     assert r.returncode == 0 and "fresh" in r.stderr
-    index.add(WheelSpec("ctensors", "0.11.0"))  # upstream releases
+    index.add(WheelSpec("ctensors", "0.11.0"))  # upstream releases: news, not drift
+    r = run_imgbuild("lock", "--all", "--check", "--images", str(fake_images), env=env)
+    assert r.returncode == 0 and "fresh" in r.stderr
+    # The spec changes (a floor the lock no longer meets): the lock is stale.
+    spec = fake_images / "fake.yaml"
+    spec.write_text(spec.read_text().replace("[ctensors]", "['ctensors>=0.11']"))
     r = run_imgbuild("lock", "--all", "--check", "--images", str(fake_images), "--json", env=env)
     assert r.returncode == 1
     doc = json.loads(r.stdout)

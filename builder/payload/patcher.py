@@ -41,8 +41,8 @@ without the change) and prints a JSON report; exit 1 if any probe fails.
 """
 
 from __future__ import annotations
-
 import __future__ as _future
+
 import ast
 import base64
 import csv

