@@ -34,7 +34,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -44,6 +43,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .errors import EnvError, InputError, JobFailed, SpecError
+from .fsutil import atomic_write_text
 from .spec import Catalog, Target, _Doc, _read_yaml, _rel, images_dir
 
 ENGINE_FILES = ("checks/engines.yaml",)
@@ -1017,17 +1017,6 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
                      ignore_added=tuple(extra))
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_fix(result: FixResult, out: str | Path, original_text: str) -> FixResult:
@@ -1039,9 +1028,9 @@ def write_fix(result: FixResult, out: str | Path, original_text: str) -> FixResu
     orig = target.with_name(target.name + ".orig")
     kept = orig.exists()
     if not kept:
-        _atomic_write_text(orig, original_text)
+        atomic_write_text(orig, original_text)
     text = json.dumps(result.config, indent=2, ensure_ascii=False) + "\n"
-    _atomic_write_text(target, text)
+    atomic_write_text(target, text)
     if json.loads(target.read_text()) != result.config:
         raise JobFailed(f"{target}: what was written does not read back the same",
                         hint="check the disk, then run the command again")

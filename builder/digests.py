@@ -7,14 +7,13 @@ images/bases.yaml (`cuda_images.digests`), where `plan` pins the FROM line with 
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import requests
 
 from .errors import EnvError
+from .fsutil import atomic_write_text
 from .registry import MANIFEST_TYPES, Repository
 from .spec import Catalog
 
@@ -70,8 +69,4 @@ def write(bases_yaml: Path, digests: dict[str, str | None]) -> None:
     new, n = re.subn(r"^  digests:(?: \{\})?\n(?:    .*\n)*", block, text, flags=re.M)
     if n != 1:
         raise EnvError(f"{bases_yaml}: found no `digests:` block under cuda_images to update")
-    fd, tmp = tempfile.mkstemp(dir=bases_yaml.parent, prefix=".bases.")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, bases_yaml)
+    atomic_write_text(bases_yaml, new)

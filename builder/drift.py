@@ -38,6 +38,7 @@ from packaging.version import Version
 
 from . import wheels
 from .errors import ImgbuildError, InputError, JobFailed, SpecError
+from .fsutil import atomic_write_text
 from .lock import LockedPackage, Lockfile
 from .spec import ModelProfile, _Doc, _read_yaml, _rel, images_dir
 
@@ -345,7 +346,7 @@ def _json_put(name: str, key: str, value: Any) -> None:
         except (OSError, ValueError):
             doc = {}
         doc[key] = value
-        wheels._atomic_write(p, json.dumps(doc, sort_keys=True, indent=0))
+        atomic_write_text(p, json.dumps(doc, sort_keys=True, indent=0))
 
 
 def _defn_key(provider: str, version: str, family: SymbolFamily) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from .errors import EnvError, LockError, ResolveError
+from .fsutil import atomic_write_text
 
 LOCK_FORMAT = 1
 
@@ -195,18 +196,7 @@ def write_lock(path: Path, req: LockRequest, body: str, uv_version: str) -> Lock
         f"# inputs: {req.inputs_hash()}\n"
         f"# body: {body_hash}\n"
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a lock is a shared, committed file
-        with os.fdopen(fd, "w") as f:
-            f.write(header + body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, header + body)
     return read_lock(path)
 
 

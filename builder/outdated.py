@@ -24,9 +24,7 @@ atomically, with the inputs hash of the edited spec, so `plan` and `build` take 
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -45,6 +43,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import conflicts
 from .errors import ImgbuildError, InputError, LockError, ResolveError
+from .fsutil import atomic_write_text
 from .lock import (
     Lockfile,
     LockRequest,
@@ -593,16 +592,6 @@ def base_news(cat: Catalog, image: str, *, timeout: float = 5) -> BaseNews:
 
 # --- relock -----------------------------------------------------------------------------------
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def edit_engine_version(text: str, old: str, new: str) -> str | None:
@@ -745,7 +734,7 @@ def relock(cat: Catalog, target: str, upgrade: list[str], lock_dir: Path, *,
                     raise InputError(f"cannot edit {t.path} by text ({kind} {old})",
                                      hint=f"change it by hand to {new}, then `imgbuild lock {target}`")
                 text = edited
-            _atomic_write(spec_path, text)
+            atomic_write_text(spec_path, text)
             t2 = load_catalog(cat.root).target(target)
             req2 = lock_request(load_catalog(cat.root), t2)
             if req2.requirements != new_req.requirements:
@@ -758,7 +747,7 @@ def relock(cat: Catalog, target: str, upgrade: list[str], lock_dir: Path, *,
         write_lock(lock_dir / req2.filename(), req2, body, uv_version())
     except BaseException:
         if original is not None:
-            _atomic_write(spec_path, original)
+            atomic_write_text(spec_path, original)
         raise
     return RelockResult(target, _display(path, lock_dir), spec_edits, changes, True)
 

@@ -45,6 +45,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import EnvError, JobFailed
+from .fsutil import atomic_write_text
 from .lock import LockedPackage
 
 log = logging.getLogger(__name__)
@@ -677,7 +678,7 @@ def fetch_metadata(pkg: LockedPackage, index_urls: Iterable[str] = ()) -> dict[s
     for k, v in msg.items():
         doc.setdefault(k, []).append(str(v))
     cdir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(cdir / f"{sha_used}.json", json.dumps(doc))
+    atomic_write_text(cdir / f"{sha_used}.json", json.dumps(doc))
     return doc
 
 
@@ -687,17 +688,6 @@ def _metadata_member(z: zipfile.ZipFile) -> bytes | None:
     return z.read(n) if n else None
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a cache may be shared by users of a host
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def iter_py(w: Wheel) -> Iterator[tuple[str, bytes]]:
