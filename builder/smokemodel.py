@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.payload import smoke as payload
+from .catalog.models import ModelProfile
+from .errors import InputError
+from .payload import smoke as payload
 
 # Bump when generate() changes what it writes, so cached checkpoints are not reused across it.
 FORMAT_VERSION = 1
@@ -209,6 +211,17 @@ class SmokeModelSpec:
             "versions": library_versions(),
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def spec_for(profile: ModelProfile) -> SmokeModelSpec:
+    """The generator's spec for a generated model profile (images/models/tiny-nvfp4.yaml)."""
+    if not profile.generated:
+        raise InputError(f"model '{profile.alias}' is not generated; a smoke model must be",
+                         facts=[f"{profile.path} has no `generator:`"],
+                         hint="point the target's smoke.model at a generated profile such as "
+                              "tiny-nvfp4")
+    return SmokeModelSpec(name=profile.alias, scheme=profile.generator_scheme,
+                          seed=profile.generator_seed)
 
 
 def library_versions() -> dict[str, str | None]:

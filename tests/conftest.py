@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from builder.workspace import Workspace
+
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_HOST = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 WHEELS = os.environ.get("IMGBUILD_WHEELS") or ("/opt/wheels" if Path("/opt/wheels").is_dir() else "")
@@ -71,3 +73,20 @@ def images_copy(tmp_path) -> Path:
     shutil.copytree(ROOT / "images", tmp_path / "images")
     shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
     return tmp_path / "images"
+
+
+def checkout_workspace(wheels: bool = False) -> Workspace:
+    """The checkout's images/ and lockfiles/ (and the local wheel directory when asked)."""
+    return Workspace(ROOT / "images", ROOT / "lockfiles",
+                     Path(WHEELS) if wheels and WHEELS else None)
+
+
+@pytest.fixture(scope="module")
+def ws() -> Workspace:
+    return checkout_workspace()
+
+
+@pytest.fixture()
+def ws_copy(images_copy) -> Workspace:
+    """A Workspace on the scratch copy of images/ and lockfiles/."""
+    return Workspace(images_copy, images_copy.parent / "lockfiles")

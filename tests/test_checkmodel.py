@@ -1,4 +1,4 @@
-"""check-model (builder/checkmodel.py) on real llmcompressor checkpoints and on config texts.
+"""check-model (builder/checks/checkmodel/) on real llmcompressor checkpoints and on config texts.
 
 Two checkpoints are generated once per session with builder.smokemodel into a temporary cache:
 NVFP4 (W4A4, one group, `Linear` targets) and FP8 attention + NVFP4 MLP (two groups, top-level
@@ -24,9 +24,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from builder import checkmodel as cm  # noqa: E402
+from builder.catalog.engines import load_engines  # noqa: E402
+from builder.checks import checkmodel as cm  # noqa: E402
 from builder.errors import EnvError, InputError, SpecError  # noqa: E402
-from builder.spec import load_catalog  # noqa: E402
+from builder.workspace import Workspace  # noqa: E402
+
+from .conftest import checkout_workspace  # noqa: E402
+
+WS = checkout_workspace()
+ENGINES = WS.engines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,12 +94,12 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def catalog():
-    return load_catalog()
+    return WS.catalog
 
 
 @pytest.fixture(scope="session")
 def engines():
-    return cm.load_engines()
+    return ENGINES
 
 
 def sglang(catalog, version: str, patches: tuple[str, ...] = (), name: str = "sglang-blackwell"):
@@ -152,7 +158,7 @@ def test_engine_data_errors_name_file_and_key(tmp_path):
     (tmp_path / "checks/engines.yaml").write_text(
         text.replace("value: substring", "value: substrng", 1))
     with pytest.raises(SpecError) as e:
-        cm.load_engines(tmp_path)
+        load_engines(tmp_path)
     assert "checks/engines.yaml" in str(e.value) and "ignore_matcher[1].value" in str(e.value)
 
 
@@ -292,11 +298,12 @@ def test_fix_writes_an_equivalent_config_and_keeps_the_original(parent_ckpt, tmp
     shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
     y = images / "sglang-hopper.yaml"
     y.write_text(y.read_text().replace('version: "0.5.23"', 'version: "0.5.16"'))
-    cat = load_catalog(images)
+    ws = Workspace(images, tmp_path / "lockfiles")
+    cat = ws.catalog
     original = (parent_ckpt / "config.json").read_text()
     out = tmp_path / "fixed"
-    rep = cm.check_model(str(parent_ckpt), "sglang-hopper", cat, tmp_path / "lockfiles",
-                         fix_out=out, ct_formats=ct_now())
+    rep = cm.check_model(ws, str(parent_ckpt), "sglang-hopper", fix_out=out,
+                         ct_formats=ct_now())
     assert rep.behaviour.version == "0.5.16"
     assert (out / "config.json.orig").read_text() == original
     new = json.loads((out / "config.json").read_text())
@@ -321,16 +328,17 @@ def test_fix_writes_an_equivalent_config_and_keeps_the_original(parent_ckpt, tmp
     # the fixed config passes
     fixed = replace(ck, config=new)
     t = cat.target("sglang-hopper")
-    assert not [f for f in cm.check(fixed, target=t, catalog=cat, ct_formats=ct_now())
+    assert not [f for f in cm.check(fixed, target=t, catalog=cat, engines=ws.engines,
+                                    ct_formats=ct_now())
                 if f.kind == "ignore-parent"]
     assert rep.exit_code == 1  # W4A4 on sm90 is still an error for sglang 0.5.16
     assert json.loads(json.dumps(rep.to_dict()))["fix"]["proof"]["equal"] is True
     # a second run keeps the first original; in place, the original lies beside config.json
-    rep2 = cm.check_model(str(parent_ckpt), "sglang-hopper", cat, tmp_path / "lockfiles",
-                          fix_out=out / "config.json", ct_formats=ct_now())
+    rep2 = cm.check_model(ws, str(parent_ckpt), "sglang-hopper", fix_out=out / "config.json",
+                          ct_formats=ct_now())
     assert rep2.fix.orig_kept and (out / "config.json.orig").read_text() == original
-    cm.check_model(str(parent_ckpt), "sglang-hopper", cat, tmp_path / "lockfiles",
-                   fix_out=parent_ckpt, ct_formats=ct_now())
+    cm.check_model(ws, str(parent_ckpt), "sglang-hopper", fix_out=parent_ckpt,
+                   ct_formats=ct_now())
     assert (parent_ckpt / "config.json.orig").read_text() == original
     assert json.loads((parent_ckpt / "config.json").read_text()) == new
 
@@ -375,10 +383,8 @@ def test_fix_collapses_thousands_of_parents_exactly(catalog, engines):
     ignore += ["MODEL.LANGUAGE_MODEL.LAYERS.11.MLP.EXPERTS.3"]  # substring is case-blind
     ck = cm.Checkpoint.from_tensors(moe_config(ignore), tensors, "synthetic")
     t = sglang(catalog, "0.5.16")
-    out: dict = {}
-    fs = cm.check(ck, target=t, catalog=catalog, engines=engines, ct_formats=ct_now(),
-                  analysis_out=out)
-    f = next(f for f in fs if f.kind == "ignore-parent")
+    ana = cm.analyze(ck, target=t, catalog=catalog, engines=engines, ct_formats=ct_now())
+    f = next(f for f in ana.findings if f.kind == "ignore-parent")
     entries = [e for e in ignore if not e.startswith("re:")]
     by_engine = {m for m in quantized if any(sglang_0516_match(m, e) for e in entries)}
     assert f.counts["hidden_modules"] == len(by_engine) > 3 * len(parents)
@@ -386,7 +392,7 @@ def test_fix_collapses_thousands_of_parents_exactly(catalog, engines):
     assert f.counts["moe_layers"] == sum(1 for layer in range(12) if any(
         sglang_0516_match(f"model.language_model.layers.{layer}.mlp.experts.0.up_proj", e)
         for e in entries))
-    result = cm.fix(ck.config, out["index"], quantized=ck.quantized)
+    result = cm.fix(ck.config, ana.index, quantized=ck.quantized)
     new = result.config["quantization_config"]["ignore"]
     assert len(result.replaced) == len(parents) + 1 and len(result.added) < 12
     assert all(e.startswith("re:^") and e.endswith("$") for e in result.added)
@@ -523,10 +529,9 @@ def test_fused_projections_without_a_mapping(tmp_path, catalog, engines):
     fs = fused(ck, catalog.target("vllm-blackwell"), catalog, engines)
     assert {f.counts["layers"] for f in fs} == {3} and len(fs) == 2
     # the fix lists the fused names in `ignore`; they name no module of the checkpoint
-    out: dict = {}
-    cm.check(ck, target=sglang(catalog, "0.5.17"), catalog=catalog, engines=engines,
-             ct_formats=ct_now(), analysis_out=out)
-    r = cm.fix(ck.config, out["index"], quantized=ck.quantized, add_ignore=out["add_ignore"])
+    ana = cm.analyze(ck, target=sglang(catalog, "0.5.17"), catalog=catalog, engines=engines,
+                     ct_formats=ct_now())
+    r = cm.fix(ck.config, ana.index, quantized=ck.quantized, add_ignore=ana.add_ignore)
     assert sorted(r.ignore_added) == sorted(f"model.layers.{i}.linear_attn.{p}" for i in range(3)
                                             for p in ("in_proj_qkvz", "in_proj_ba"))
     assert r.proof.equal and not r.packed_added
@@ -545,7 +550,7 @@ def test_fused_projections_where_the_engine_reads_config_json(tmp_path, catalog)
     (images / "checks/engines.yaml").write_text(text.replace(
         'packed_modules_mapping:\n      - versions: ">=0.5.1"\n        value: model',
         'packed_modules_mapping:\n      - versions: ">=0.5.1"\n        value: config', 1))
-    table = cm.load_engines(images)
+    table = load_engines(images)
     t = sglang(catalog, "0.5.17")
     assert cm.target_behaviour(t, table).value("packed_modules_mapping") == "config"
     ck = cm.load_checkpoint(qwen3_next_checkpoint(tmp_path / "split"))
@@ -554,10 +559,8 @@ def test_fused_projections_where_the_engine_reads_config_json(tmp_path, catalog)
     assert any("reads it from there only" in x for x in fs[0].facts)
     ck_map = cm.load_checkpoint(qwen3_next_checkpoint(tmp_path / "mapped", mapping=True))
     assert not fused(ck_map, t, catalog, table)
-    out: dict = {}
-    cm.check(ck, target=t, catalog=catalog, engines=table, ct_formats=ct_now(),
-             analysis_out=out)
-    r = cm.fix(ck.config, out["index"], quantized=ck.quantized, packed=out["packed"])
+    ana = cm.analyze(ck, target=t, catalog=catalog, engines=table, ct_formats=ct_now())
+    r = cm.fix(ck.config, ana.index, quantized=ck.quantized, packed=ana.packed)
     assert r.packed_added == {"in_proj_qkvz": ("in_proj_qkv", "in_proj_z"),
                               "in_proj_ba": ("in_proj_b", "in_proj_a")}
     assert not fused(replace(ck, config=r.config), t, catalog, table)
@@ -606,11 +609,13 @@ def test_w4a4_on_an_sm90_only_target(checkpoints, catalog, engines):
 def test_report_renders_and_serializes(parent_ckpt, catalog, tmp_path):
     from rich.console import Console
 
-    rep = cm.check_model(str(parent_ckpt), "sglang-blackwell", catalog, ROOT / "lockfiles",
-                         ct_formats=ct_now())
+    from builder.cli.console import Output
+    from builder.cli.views import checks as views
+
+    rep = cm.check_model(WS, str(parent_ckpt), "sglang-blackwell", ct_formats=ct_now())
     assert rep.behaviour.version == "0.5.23" and rep.compressed_tensors == "0.18.0"
     console = Console(record=True, width=200)
-    cm.render(rep, console)
+    views.check_model(Output(False, console, Console(stderr=True)), rep)
     text = console.export_text()
     assert "ignore matcher" in text and "suffix" in text
     d = json.loads(json.dumps(rep.to_dict()))
@@ -618,10 +623,11 @@ def test_report_renders_and_serializes(parent_ckpt, catalog, tmp_path):
     assert d["exit_code"] == rep.exit_code
     patched = replace(catalog.target("sglang-blackwell"), engine_version="0.5.16")
     ck = cm.load_checkpoint(parent_ckpt)
-    rep = cm.Report(str(parent_ckpt), "t", cm.target_behaviour(patched), ck, tuple(cm.check(
-        ck, target=patched, catalog=catalog, ct_formats=ct_now())))
+    rep = cm.Report(str(parent_ckpt), "t", cm.target_behaviour(patched, ENGINES), ck,
+                    tuple(cm.check(ck, target=patched, catalog=catalog, engines=ENGINES,
+                                   ct_formats=ct_now())))
     console = Console(record=True, width=200)
-    cm.render(rep, console)
+    views.check_model(Output(False, console, Console(stderr=True)), rep)
     text = console.export_text()
     assert "error: 2 ignore entries silently de-quantize 7 quantized modules" in text
     assert "  help: `--fix OUT`" in text and rep.exit_code == 1

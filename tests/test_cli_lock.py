@@ -45,10 +45,10 @@ def test_lock_check_reports_a_stale_lock_with_its_diff(fake_images, index, tmp_p
     before = lock_path.read_bytes()
     assert b"ctensors==0.10.0" in before
     r = run_imgbuild("lock", "--all", "--check", "--images", str(fake_images), env=env)
-    assert r.returncode == 0 and "fresh" in r.stderr
+    assert r.returncode == 0 and "fresh" in r.stdout
     index.add(WheelSpec("ctensors", "0.11.0"))  # upstream releases: news, not drift
     r = run_imgbuild("lock", "--all", "--check", "--images", str(fake_images), env=env)
-    assert r.returncode == 0 and "fresh" in r.stderr
+    assert r.returncode == 0 and "fresh" in r.stdout
     # The spec changes (a floor the lock no longer meets): the lock is stale.
     spec = fake_images / "fake.yaml"
     spec.write_text(spec.read_text().replace("[ctensors]", "['ctensors>=0.11']"))
@@ -72,7 +72,7 @@ def test_lock_reports_removable_override(fake_images, index):
     assert ov["needed"] is False and "removable" in ov["effect"]
     assert ov["reason"] == "NVFP4 needs nvfp4_pack_quantized"
     r = run_imgbuild("lock", "fake", "--images", str(fake_images), env=env)
-    assert "removable" in r.stderr
+    assert "removable" in r.stdout
 
 
 def test_lock_of_unresolvable_target_fails_without_writing(fake_images, index):
@@ -99,9 +99,10 @@ def test_check_deps_catches_the_real_nvfp4_failure(tmp_path):
         "requirements: ['compressed-tensors==0.8.1']\nsmoke: {model: tiny-nvfp4}\n")
     r = run_imgbuild("check-deps", "sglang-old", "--images", str(images))
     assert r.returncode == 1, r.stderr
-    assert "CompressionFormat.nvfp4_pack_quantized" in r.stderr
-    assert "sglang/srt/layers/quantization/compressed_tensors/utils.py:" in r.stderr
-    assert "0.10.0" in r.stderr and "0.8.1" in r.stderr
+    # The findings are check-deps' report: stdout.
+    assert "CompressionFormat.nvfp4_pack_quantized" in r.stdout
+    assert "sglang/srt/layers/quantization/compressed_tensors/utils.py:" in r.stdout
+    assert "0.10.0" in r.stdout and "0.8.1" in r.stdout
     # plan says it too, and a build refuses to start (before any Docker work).
     r = run_imgbuild("plan", "sglang-old", "--images", str(images), "--json")
     assert r.returncode == 1

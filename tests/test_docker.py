@@ -227,7 +227,7 @@ def test_failed_smoke_moves_no_tag_and_force_is_loud(base_image, images_copy, re
                                                      docker_client):
     """A real broken image: transformers 4.57 loads compressed-tensors checkpoints only with
     accelerate installed, which this variant lacks, so the smoke test's load fails."""
-    from builder.registry import Repository, fetch_report, manifest_digest
+    from builder.image.registry import Repository, fetch_report, manifest_digest
 
     spec = (images_copy / "tiny-cpu.yaml").read_text().replace('version: "5.17.0"', 'version: "4.57.6"')
     (images_copy / "tiny-broken.yaml").write_text(spec)
@@ -258,7 +258,7 @@ def test_refresh_digests_pins_cuda_bases_from_a_mirror(base_image, images_copy, 
                                                        docker_client):
     """Docker Hub is out of reach here: the same Distribution API is exercised against the
     local registry holding an image under the nvidia/cuda path."""
-    from builder.registry import push
+    from builder.image.registry import push
 
     host = registry_repo.split("/")[0]
     mirror = f"{host}/mirror-{registry_repo.rsplit('-', 1)[1]}"

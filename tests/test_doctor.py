@@ -1,4 +1,4 @@
-"""`imgbuild doctor` (builder/doctor.py, images/checks/failures.yaml).
+"""`imgbuild doctor` (builder/checks/doctor.py, images/checks/failures.yaml).
 
 The logs under tests/fixtures/logs/ were written for these tests in the shapes real SGLang and
 vLLM servers print (see that folder's README: the message texts are verbatim from the wheels,
@@ -8,7 +8,6 @@ line; the healthy log and the unknown traceback get no diagnosis at all.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -20,12 +19,22 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from builder import doctor
+from builder.catalog.failures import SEVERITIES, load_failures, load_fingerprints
+from builder.checks import doctor
+from builder.cli.console import Output
+from builder.cli.views import checks as views
 from builder.errors import InputError, SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 CHECKS = ROOT / "images" / "checks" / "failures.yaml"
+FAILURES = load_failures(ROOT / "images")
+
+
+def render(diags, console, source=None) -> None:
+    """The human report, as `imgbuild doctor` prints it."""
+    views.doctor_report(Output(False, console, Console(file=io.StringIO())),
+                        doctor.DoctorReport(source, tuple(diags)))
 
 
 def log(name: str) -> str:
@@ -81,7 +90,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_diagnosed(name):
     fid, line, caps, ranks, occurrences = CASES[name]
-    diags = doctor.diagnose(log(name))
+    diags = doctor.diagnose(log(name), FAILURES)
     assert [d.id for d in diags] == [fid]
     d = diags[0]
     assert d.line == line
@@ -99,50 +108,50 @@ def test_fixture_diagnosed(name):
         if k in caps:
             assert caps[k] in d.cause + d.fix + d.title
     assert "imgbuild" in d.fix
-    assert d.sources and d.severity in doctor.SEVERITIES
+    assert d.sources and d.severity in SEVERITIES
 
 
 def test_every_fingerprint_has_a_fixture():
     covered = {fid for fid, *_ in CASES.values()}
-    assert {fp.id for fp in doctor.load_fingerprints()} <= covered
+    assert {fp.id for fp in FAILURES.fingerprints} <= covered
 
 
 def test_specific_captures_and_fix_text():
-    d = doctor.diagnose(log("compression-format-missing.log"))[0]
+    d = doctor.diagnose(log("compression-format-missing.log"), FAILURES)[0]
     assert "compressed-tensors>=0.10.0" in d.fix and "imgbuild check-deps TARGET" in d.fix
-    d = doctor.diagnose(log("sglang-ignore-keyerror.log"))[0]
+    d = doctor.diagnose(log("sglang-ignore-keyerror.log"), FAILURES)[0]
     assert "imgbuild check-model PATH --target TARGET --fix OUT" in d.fix
     assert "0.5.17" in d.fix and "images/patches" in d.fix
-    d = doctor.diagnose(log("torch-arch-sm120.log"))[0]
+    d = doctor.diagnose(log("torch-arch-sm120.log"), FAILURES)[0]
     assert "--arch sm120" in d.fix
-    d = doctor.diagnose(log("sglang-memory-unbalanced.log"))[0]
+    d = doctor.diagnose(log("sglang-memory-unbalanced.log"), FAILURES)[0]
     assert "imgbuild preflight" in d.fix and "TP1, TP2, TP3" in d.cause
-    d = doctor.diagnose(log("vllm-memory-occupied.log"))[0]
+    d = doctor.diagnose(log("vllm-memory-occupied.log"), FAILURES)[0]
     assert "cuda:0" in d.title
 
 
 def test_python311_enum_form_needs_the_frame_line():
-    d = doctor.diagnose(log("compression-format-missing-py311.log"))[0]
+    d = doctor.diagnose(log("compression-format-missing-py311.log"), FAILURES)[0]
     assert [(e.line, e.role) for e in d.evidence] == [(50, "match"), (46, "frame")]
     # The bare `AttributeError: name` alone names no class: no diagnosis.
     bare = "Traceback (most recent call last):\nAttributeError: nvfp4_pack_quantized\n"
-    assert doctor.diagnose(bare) == []
+    assert doctor.diagnose(bare, FAILURES) == []
     # ... nor when the frame above names another member than the error.
     text = "    CompressionFormat.dense.value,\nAttributeError: nvfp4_pack_quantized\n"
-    assert doctor.diagnose(text) == []
+    assert doctor.diagnose(text, FAILURES) == []
 
 
 @pytest.mark.parametrize("name", ["benign.log", "unknown-traceback.log"])
 def test_no_known_failure(name):
-    assert doctor.diagnose(log(name)) == []
+    assert doctor.diagnose(log(name), FAILURES) == []
     c = Console(record=True, width=120)
-    doctor.render([], c, source=name)
+    render([], c, source=name)
     assert doctor.NO_MATCH in c.export_text()
     assert doctor.to_dict([]) == {"matched": False, "diagnoses": [], "message": doctor.NO_MATCH}
 
 
 def test_two_failures_both_reported_errors_first():
-    diags = doctor.diagnose(log("two-failures.log"))
+    diags = doctor.diagnose(log("two-failures.log"), FAILURES)
     assert [d.id for d in diags] == ["sglang-ignore-dequantized-keyerror",
                                      "sglang-gpu-memory-unbalanced"]
     assert [d.line for d in diags] == [45, 6]
@@ -152,16 +161,17 @@ def test_two_failures_both_reported_errors_first():
 
 def test_concatenated_logs_give_both():
     text = log("w4a4-nvfp4-hopper.log") + log("sglang-packed-modules-mapping.log")
-    ids = [d.id for d in doctor.diagnose(text)]
+    ids = [d.id for d in doctor.diagnose(text, FAILURES)]
     assert sorted(ids) == ["sglang-packed-modules-mapping", "w4a4-nvfp4-unsupported-gpu"]
 
 
 def test_supersedes_folds_the_explained_failure():
-    d, = doctor.diagnose(log("torch-arch-sm120.log"))
+    d, = doctor.diagnose(log("torch-arch-sm120.log"), FAILURES)
     related = [e for e in d.evidence if e.role == "related"]
     assert [e.line for e in related] == grep_n("torch-arch-sm120.log", "no kernel image")[:1]
     assert related[0].rank == "1"
-    d, = doctor.diagnose(log("sglang-ignore-keyerror.log") + log("sglang-ignore-params.log"))
+    d, = doctor.diagnose(log("sglang-ignore-keyerror.log") + log("sglang-ignore-params.log"),
+                         FAILURES)
     assert d.id == "sglang-ignore-dequantized-keyerror"
     assert any(e.role == "related" and "not found in params_dict" in e.text for e in d.evidence)
 
@@ -172,7 +182,7 @@ def test_dedupe_by_captures():
     text = ("[2026-01-01 00:00:00 TP0] x\n" + err.format("mixed_precision")
             + "[2026-01-01 00:00:00 TP1] x\n" + err.format("mixed_precision")
             + err.format("nvfp4_pack_quantized"))
-    diags = doctor.diagnose(text)
+    diags = doctor.diagnose(text, FAILURES)
     assert [(d.captures["symbol"], d.captures["min_version"], d.occurrences, d.ranks)
             for d in diags] == [("mixed_precision", "0.11.0", 2, ("0", "1")),
                                 ("nvfp4_pack_quantized", "0.10.0", 1, ("1",))]
@@ -185,7 +195,7 @@ def test_ansi_colours_and_crlf():
         re.sub(r"^\((\S+ pid=\d+)\) (\w+) (\S+ \S+) ",
                "\x1b[0;36m(\\1)\x1b[0;0m \\2 \x1b[90m\\3\x1b[0m ", line)
         for line in plain.split("\n"))
-    a, b = doctor.diagnose(plain), doctor.diagnose(coloured)
+    a, b = doctor.diagnose(plain, FAILURES), doctor.diagnose(coloured, FAILURES)
     assert [(d.id, d.line, d.ranks, dict(d.captures)) for d in b] == \
            [(d.id, d.line, d.ranks, dict(d.captures)) for d in a]
     assert "\x1b" not in b[0].evidence[0].text
@@ -202,25 +212,25 @@ def test_ansi_colours_and_crlf():
 ])
 def test_log_prefixes_give_the_rank(line, rank):
     msg = "NotImplementedError: No compressed-tensors compatible scheme was found."
-    d, = doctor.diagnose(line.format(msg=msg) + "\n")
+    d, = doctor.diagnose(line.format(msg=msg) + "\n", FAILURES)
     assert d.id == "sglang-mixed-precision-no-scheme"
     assert d.evidence[0].rank == rank
     # The prefix is cut before matching: a regex anchored at ^ sees the message.
     text = ("    CompressionFormat.nvfp4_pack_quantized.value,\n"
             + line.format(msg="AttributeError: nvfp4_pack_quantized") + "\n")
-    d, = doctor.diagnose(text)
+    d, = doctor.diagnose(text, FAILURES)
     assert (d.captures["symbol"], d.line) == ("nvfp4_pack_quantized", 2)
 
 
 def test_yaml_examples_match_their_failure():
-    for fp in doctor.load_fingerprints():
+    for fp in FAILURES.fingerprints:
         assert fp.examples, f"{fp.id} has no examples"
         for ex in fp.examples:
-            assert fp.id in [d.id for d in doctor.diagnose(ex)], (fp.id, ex)
+            assert fp.id in [d.id for d in doctor.diagnose(ex, FAILURES)], (fp.id, ex)
 
 
 def test_fingerprints_are_data():
-    fps = doctor.load_fingerprints()
+    fps = FAILURES.fingerprints
     ids = [fp.id for fp in fps]
     assert len(ids) == len(set(ids)) >= 7
     for fp in fps:
@@ -228,7 +238,7 @@ def test_fingerprints_are_data():
             assert re.match(r"^[\w.-]+==[\w.+]+$", s.requirement), s
         for alt in fp.alternatives:
             assert alt.line.contains
-    assert [p.name for p in doctor.load_prefixes()][:1] == ["sglang"]
+    assert [p.name for p in FAILURES.prefixes][:1] == ["sglang"]
 
 
 def test_large_log_is_scanned():
@@ -236,17 +246,17 @@ def test_large_log_is_scanned():
     benign = log("benign.log")
     reps = 100_000 // benign.count("\n") + 1
     text = benign * reps + log("sglang-ignore-keyerror.log")
-    diags = doctor.diagnose(text)
+    diags = doctor.diagnose(text, FAILURES)
     assert [d.id for d in diags] == ["sglang-ignore-dequantized-keyerror"]
     assert diags[0].line == benign.count("\n") * reps + 42
     # A long line full of what the regexes look for does not hang the scan.
     nasty = ("Parameter " + "a." * 20000 + " not found in params_dict\n"
              "KeyError: '" + "b." * 20000 + "'\n") * 50
-    assert doctor.diagnose(nasty) == []
+    assert doctor.diagnose(nasty, FAILURES) == []
 
 
 def test_to_dict_and_render():
-    diags = doctor.diagnose(log("two-failures.log"))
+    diags = doctor.diagnose(log("two-failures.log"), FAILURES)
     doc = json.loads(json.dumps(doctor.to_dict(diags, source="two-failures.log")))
     assert doc["matched"] is True and doc["log"] == "two-failures.log"
     first = doc["diagnoses"][0]
@@ -256,7 +266,7 @@ def test_to_dict_and_render():
     assert first["applies_to"] == {"sglang": ">=0.5.8,<0.5.17"}
     assert any("qwen3_next.py:1227" in s for s in first["sources"])
     c = Console(record=True, width=200)
-    doctor.render(diags, c, source="two-failures.log")
+    render(diags, c, source="two-failures.log")
     out = c.export_text()
     assert "2 known failures found in two-failures.log" in out
     assert "line 45" in out
@@ -270,9 +280,9 @@ def test_to_dict_and_render():
 def test_render_does_not_read_log_text_as_markup():
     text = ("[bold red]x[/] [link=http://evil]y[/link]\n"
             "NotImplementedError: No compressed-tensors compatible scheme was found.\n")
-    diags = doctor.diagnose(text)
+    diags = doctor.diagnose(text, FAILURES)
     c = Console(record=True, width=200)
-    doctor.render(diags, c)
+    render(diags, c)
     assert "No compressed-tensors compatible scheme was found." in c.export_text()
 
 
@@ -280,7 +290,7 @@ def test_read_log(tmp_path):
     stdin = io.TextIOWrapper(io.BytesIO(b"line\r\nKeyError: 'm.experts.w2_weight_scale'\n"))
     text, label = doctor.read_log("-", stdin)
     assert label == "standard input"
-    assert [d.line for d in doctor.diagnose(text)] == [2]
+    assert [d.line for d in doctor.diagnose(text, FAILURES)] == [2]
     with pytest.raises(InputError, match="no such log file"):
         doctor.read_log(str(tmp_path / "missing.log"))
     with pytest.raises(InputError, match="directory"):
@@ -314,14 +324,12 @@ def write_catalog(tmp_path: Path, text: str) -> Path:
 
 def test_a_new_failure_is_data(tmp_path):
     images = write_catalog(tmp_path, GOOD)
-    fps = doctor.load_fingerprints(images)
     text = "[2026-01-01 00:00:00 TP3] starting\nWidgetError: no widget gear\n"
-    d, = doctor.diagnose(text, fps, doctor.load_prefixes(images))
+    d, = doctor.diagnose(text, load_failures(images))
     assert (d.id, d.line, d.ranks, d.title) == \
         ("widget-missing", 2, ("3",), "widget gear is missing")
     assert d.cause == "the widget gear was not installed (1 times, TP3)"
-    d, = doctor.diagnose(text, images=images)
-    assert d.id == "widget-missing"
+    assert load_fingerprints(images)[0].id == "widget-missing"
 
 
 @pytest.mark.parametrize("old,new,key", [
@@ -346,7 +354,7 @@ def test_malformed_catalog_names_the_key(tmp_path, old, new, key):
     assert old in GOOD
     images = write_catalog(tmp_path, GOOD.replace(old, new, 1))
     with pytest.raises(SpecError) as e:
-        doctor.load_fingerprints(images)
+        load_fingerprints(images)
     assert e.value.key == key, e.value.message
     assert e.value.path.endswith("checks/failures.yaml")
     assert key in e.value.message
@@ -356,36 +364,26 @@ def test_duplicate_ids_and_near_windows(tmp_path):
     entry = GOOD.split("failures:\n", 1)[1]
     images = write_catalog(tmp_path, GOOD + entry)
     with pytest.raises(SpecError) as e:
-        doctor.load_fingerprints(images)
+        load_fingerprints(images)
     assert e.value.key == "failures[1].id" and "failures[0]" in e.value.message
     near = GOOD.replace('        contains: "WidgetError: no widget "\n',
                         '        contains: "WidgetError: no widget "\n'
                         "        near: [{regex: 'x', contains: x}]\n", 1)
     with pytest.raises(SpecError) as e:
-        doctor.load_fingerprints(write_catalog(tmp_path, near))
+        load_fingerprints(write_catalog(tmp_path, near))
     assert e.value.key.startswith("failures[0].match[0].near[0].")
 
 
 def test_yaml_syntax_error_names_the_file(tmp_path):
     images = write_catalog(tmp_path, "failures: [\n")
     with pytest.raises(SpecError, match="failures.yaml"):
-        doctor.load_fingerprints(images)
+        load_fingerprints(images)
     with pytest.raises(InputError, match="no failure fingerprints"):
-        doctor.load_fingerprints(tmp_path / "nowhere")
+        load_fingerprints(tmp_path / "nowhere")
 
 
-# --- the CLI, once `imgbuild doctor` is wired in builder/cli.py ---------------------------------
+# --- the CLI --------------------------------------------------------------------------------
 
-def _cli_has_doctor() -> bool:
-    from builder import cli
-
-    p = cli.parser()
-    return any(isinstance(a, argparse._SubParsersAction) and "doctor" in a.choices
-               for a in p._actions)
-
-
-@pytest.mark.skipif(not _cli_has_doctor(),
-                    reason="imgbuild doctor is not wired in builder/cli.py yet")
 @pytest.mark.parametrize("name,fid", [
     ("sglang-ignore-keyerror.log", "sglang-ignore-dequantized-keyerror"),
     ("benign.log", None),

@@ -1,4 +1,4 @@
-"""The cross-package API drift check (builder/drift.py, builder/wheels.py).
+"""The cross-package API drift check (builder/checks/drift.py, builder/lock/wheels.py).
 
 Deterministic tests build real wheels and serve them from pypiserver on loopback: a provider
 `ctensors` whose enum gains a member in 0.2.0, an engine `eng` whose source refers to it, and
@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from builder import drift, wheels
+from builder.catalog.families import load_families
+from builder.catalog.models import ModelProfile
+from builder.checks import drift
 from builder.errors import EnvError, JobFailed, SpecError
-from builder.lock import LockRequest, read_lock, uv_bin, uv_env, write_lock
+from builder.lock import wheels
+from builder.lock.lockfile import LockRequest, read_lock, write_lock
+from builder.lock.uv import uv_bin, uv_env
 from tests.wheelfactory import LocalIndex, WheelSpec, make_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +123,7 @@ def families(tmp_path) -> tuple[drift.SymbolFamily, ...]:
     d = tmp_path / "images" / "checks"
     d.mkdir(parents=True)
     (d / "drift.yaml").write_text(FAMILY_YAML)
-    return drift.load_families(tmp_path / "images")
+    return load_families(tmp_path / "images")
 
 
 def lock_of(tmp_path: Path, pins: dict[str, tuple[str, Path, list[str]]]):
@@ -227,8 +231,6 @@ def test_model_format_missing_is_a_model_finding(index, env, families):
 
 
 def test_profile_formats_only_for_the_familys_quant_method(families):
-    from builder.spec import ModelProfile
-
     p = ModelProfile("m", "images/models/m.yaml", "M", "org/m", 1.0, "ctensors",
                      ("nvfp4-packed",), "", 1)
     assert drift.profile_formats(p, families) == [
@@ -374,7 +376,7 @@ def test_json_index_without_range_falls_back_to_a_full_download(tmp_path, env):
 # --- the families file -----------------------------------------------------------------------
 
 def test_repository_families_load():
-    fams = drift.load_families(ROOT / "images")
+    fams = load_families(ROOT / "images")
     cf = next(f for f in fams if f.name == "CompressionFormat")
     assert cf.provider == "compressed-tensors" and cf.kind == "enum"
     assert {"sglang", "vllm"} <= set(cf.consumers)
@@ -397,7 +399,7 @@ def test_bad_families_name_the_key(tmp_path, yaml_text, key):
     (tmp_path / "images" / "checks").mkdir(parents=True)
     (tmp_path / "images" / "checks" / "drift.yaml").write_text(yaml_text)
     with pytest.raises(SpecError) as e:
-        drift.load_families(tmp_path / "images")
+        load_families(tmp_path / "images")
     assert "images/checks/drift.yaml" in e.value.message and key in e.value.message
     assert e.value.exit_code == 2
 
@@ -421,13 +423,12 @@ def live_env(monkeypatch):
 
 @pytest.mark.live
 def test_live_committed_sglang_blackwell_lock_is_clean(live_env):
-    from builder.plan import lock_request
-    from builder.spec import load_catalog
+    from .conftest import checkout_workspace
 
-    cat = load_catalog(ROOT / "images")
-    req = lock_request(cat, cat.target("sglang-blackwell"))
-    lock = read_lock(ROOT / "lockfiles" / req.filename())
-    fams = drift.load_families(ROOT / "images")
+    ws = checkout_workspace()
+    cat, ref = ws.catalog, ws.target("sglang-blackwell")
+    req, lock = ref.request, ref.lock()
+    fams = load_families(ROOT / "images")
     formats = [x for m in ("tiny-nvfp4", "k2.6") for x in drift.profile_formats(cat.model(m), fams)]
     assert formats  # the profiles are compressed-tensors: their formats are checked too
     assert lock.package("compressed-tensors").version == "0.18.0"
@@ -448,7 +449,7 @@ def test_live_sglang_beside_compressed_tensors_0_8_1_is_caught(live_env, tmp_pat
         cwd=tmp_path, capture_output=True, text=True, env=uv_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     lock = write_lock(tmp_path / req.filename(), req, (tmp_path / "out.txt").read_text(), "uv")
-    findings = drift.check(lock, drift.load_families(ROOT / "images"),
+    findings = drift.check(lock, load_families(ROOT / "images"),
                            model_formats=[("images/models/tiny-nvfp4.yaml: quantization.formats[0]",
                                            "nvfp4-pack-quantized")])
     f = next(f for f in findings if f.symbol == "nvfp4_pack_quantized")

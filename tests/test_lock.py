@@ -9,20 +9,19 @@ import shutil
 import pytest
 
 from builder.errors import LockError, ResolveError
-from builder.lock import LockRequest, ensure_lock, read_lock, write_lock
-from builder.plan import lock_request
-from builder.spec import load_catalog
+from builder.lock.lockfile import LockRequest, read_lock, write_lock
+from builder.lock.resolve import ensure_lock
 
 from .conftest import ROOT, run_imgbuild
 
 TINY_LOCK = next((ROOT / "lockfiles").glob("tiny-cpu.*.txt"))
 
 
-def test_committed_locks_verify_and_pin_with_hashes():
-    cat = load_catalog()
+def test_committed_locks_verify_and_pin_with_hashes(ws):
+    cat = ws.catalog
     for name in cat.targets:
-        req = lock_request(cat, cat.target(name))
-        lock = read_lock(ROOT / "lockfiles" / req.filename())
+        lock = ws.target(name).lock()
+        assert lock.path == ROOT / "lockfiles" / ws.target(name).request.filename()
         assert lock.target == name
         eng = lock.package(cat.target(name).engine)
         assert eng is not None and eng.version == cat.target(name).engine_version

@@ -25,22 +25,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder import matrix, render
+from builder.ci import matrix
 from builder.errors import InputError
-from builder.lock import read_lock, write_lock
-from builder.plan import lock_request, make_plan
-from builder.spec import load_catalog
+from builder.lock.lockfile import read_lock, write_lock
+from builder.plan import render
+from builder.plan.decide import make_plan
+from builder.workspace import Workspace
 
-from .conftest import ROOT, WHEELS
+from .conftest import ROOT, checkout_workspace
 
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
-LOCKS = ROOT / "lockfiles"
+WS = checkout_workspace()
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    cat = load_catalog()
-    return cat, matrix.jobs(cat, LOCKS)
+    return WS.catalog, matrix.jobs(WS)
 
 
 def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
@@ -49,7 +49,7 @@ def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
     assert len({j.name for j in jobs}) == len(jobs)
     for j in jobs:
         t = cat.target(j.target)
-        plan = make_plan(cat, j.target, lock_dir=LOCKS, resolve=False)
+        plan = make_plan(WS, j.target, resolve=False)
         assert j.model == t.default_model and j.archs == t.archs
         assert (j.content_key, j.content_tag) == (plan.content_key, plan.content_tag)
     by = {j.target: j for j in jobs}
@@ -69,7 +69,7 @@ def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
 
 def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
     cat, jobs = shipped
-    doc = matrix.bake(jobs, cat, LOCKS)
+    doc = matrix.bake(jobs, WS)
     assert matrix.check_bake(doc) == []
     assert set(doc["target"]) == {j.name for j in jobs}
     for j in jobs:
@@ -91,7 +91,7 @@ def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
 
 def test_bake_checker_is_not_vacuous(shipped):
     cat, jobs = shipped
-    doc = json.loads(json.dumps(matrix.bake(jobs[:1], cat, LOCKS)))
+    doc = json.loads(json.dumps(matrix.bake(jobs[:1], WS)))
     name = jobs[0].name
     doc["target"][name]["dockerfile"] = "Dockerfile"
     doc["target"][name]["tags"] = ["Not A Tag"]
@@ -117,7 +117,7 @@ def checkout(tmp_path):
     """A git repository holding a copy of images/ and lockfiles/, committed."""
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "images", repo / "images")
-    shutil.copytree(LOCKS, repo / "lockfiles")
+    shutil.copytree(ROOT / "lockfiles", repo / "lockfiles")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
@@ -125,8 +125,8 @@ def checkout(tmp_path):
 
 
 def _changed(repo: Path, ref: str) -> dict[str, str]:
-    cat = load_catalog(repo / "images")
-    return {j.target: j.changed for j in matrix.jobs(cat, repo / "lockfiles", changed_since=ref)}
+    ws = Workspace(repo / "images", repo / "lockfiles")
+    return {j.target: j.changed for j in matrix.jobs(ws, changed_since=ref)}
 
 
 def test_changed_since_keeps_only_the_jobs_whose_content_key_changed(checkout):
@@ -143,9 +143,8 @@ def test_changed_since_keeps_only_the_jobs_whose_content_key_changed(checkout):
     assert _changed(repo, "HEAD") == {"tiny-cpu": "content key changed since HEAD"}
     _git(repo, "commit", "-qam", "spec")
     # A lock: only its target.
-    cat = load_catalog(repo / "images")
-    req = lock_request(cat, cat.target("vllm-blackwell"))
-    lock = read_lock(repo / "lockfiles" / req.filename())
+    ref = Workspace(repo / "images", repo / "lockfiles").target("vllm-blackwell")
+    req, lock = ref.request, ref.lock()
     write_lock(lock.path, req, lock.body.replace("# via", "#  via", 1), "uv test")
     assert _changed(repo, "HEAD") == {"vllm-blackwell": "content key changed since HEAD (lock)"}
     _git(repo, "commit", "-qam", "lock")
@@ -166,8 +165,8 @@ def test_changed_since_new_target_unknown_ref_and_first_push(checkout):
     repo = checkout
     shutil.copy(repo / "images" / "sglang-hopper.yaml", repo / "images" / "sglang-hopper2.yaml")
     src = next((repo / "lockfiles").glob("sglang-hopper.*"))
-    cat = load_catalog(repo / "images")
-    req = lock_request(cat, cat.target("sglang-hopper2"))
+    ws = Workspace(repo / "images", repo / "lockfiles")
+    cat, req = ws.catalog, ws.target("sglang-hopper2").request
     write_lock(repo / "lockfiles" / req.filename(), req, read_lock(src).body, "uv test")
     assert _changed(repo, "HEAD") == {"sglang-hopper2": "new since HEAD"}
     # GitHub's `before` on a branch's first push: no previous commit, every job.
@@ -275,17 +274,18 @@ def test_workflow_passes_actionlint(tmp_path):
 
 @pytest.mark.docker
 def test_tiny_cpu_bake_target_builds_from_the_context_imgbuild_assembles(docker_client, tmp_path):
-    from builder import base, build
-    from builder.dockerenv import cli
+    from builder.image import base
+    from builder.image.context import Secrets
+    from builder.image.daemon import cli
 
-    cat = load_catalog()
-    wheels = Path(WHEELS) if WHEELS else None
-    [job] = [j for j in matrix.jobs(cat, LOCKS) if j.target == "tiny-cpu"]
-    doc = matrix.bake([job], cat, LOCKS, context_dir=str(tmp_path), wheels=wheels)
+    ws = checkout_workspace(wheels=True)
+    cat = ws.catalog
+    [job] = [j for j in matrix.jobs(ws) if j.target == "tiny-cpu"]
+    doc = matrix.bake([job], ws, context_dir=str(tmp_path))
     assert matrix.check_bake(doc) == []
     t = doc["target"][job.name]
-    base.bootstrap(docker_client, cat.base("debian-bookworm"), log=lambda *a: None)
-    [ctx] = matrix.write_contexts([job], cat, LOCKS, tmp_path, wheels=wheels).values()
+    base.bootstrap(docker_client, cat.base("debian-bookworm"))
+    [ctx] = matrix.write_contexts([job], ws, tmp_path).values()
     assert str(ctx) == t["context"] and (ctx / "Dockerfile").read_text() == t["dockerfile-inline"]
     tag = f"imgbuild-bake-test:{uuid.uuid4().hex[:8]}"
     args = [f"--build-arg={k}={v}" for k, v in t["args"].items()]
@@ -293,7 +293,7 @@ def test_tiny_cpu_bake_target_builds_from_the_context_imgbuild_assembles(docker_
     d = cli()
     env = dict(os.environ) | ({"DOCKER_BUILDKIT": "1"} if d.buildkit_env else {})
     r = subprocess.run([d.path, "build", "-f", "-", "-t", tag, *args,
-                        *build.Secrets.from_host().args(), t["context"]],
+                        *Secrets.from_host().args(), t["context"]],
                        input=t["dockerfile-inline"], capture_output=True, text=True, env=env,
                        timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

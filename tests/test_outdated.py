@@ -9,10 +9,10 @@ import uuid
 import pytest
 import requests
 
-from builder import outdated as od
-from builder.lock import ensure_lock, read_lock
-from builder.plan import lock_request
-from builder.spec import load_catalog
+from builder.ci import outdated as od
+from builder.lock.lockfile import read_lock
+from builder.lock.resolve import ensure_lock
+from builder.workspace import Workspace
 
 from .conftest import REGISTRY_HOST, ROOT, registry_available
 from .wheelfactory import LocalIndex, WheelSpec
@@ -53,39 +53,38 @@ def catalog(tmp_path, upstream):
         shutil.copy(ROOT / "images" / name, images / name)
     shutil.copytree(ROOT / "images" / "models", images / "models")
     (images / "t.yaml").write_text(SPEC)
-    cat = load_catalog(images)
-    lock_dir = tmp_path / "lockfiles"
-    lock, written = ensure_lock(lock_request(cat, cat.target("t")), lock_dir)
+    ws = Workspace(images, tmp_path / "lockfiles")
+    lock, written = ensure_lock(ws.target("t").request, ws.lockfiles)
     assert written and lock.package("vllm").version == "1.0"
-    return cat, lock_dir
+    return ws
 
 
-def _news(cat, lock_dir) -> dict[str, od.PackageNews]:
-    [tn] = od.outdated(cat, lock_dir, check_bases=False)
+def _news(ws) -> dict[str, od.PackageNews]:
+    [tn] = od.outdated(ws, check_bases=False)
     assert tn.target == "t" and not tn.errors, tn.errors
     return {p.package: p for p in tn.packages}
 
 
 def test_newer_engine_published_during_the_test_is_available_with_its_lock_diff(catalog, upstream):
-    cat, lock_dir = catalog
-    before = _news(cat, lock_dir)
+    ws = catalog
+    before = _news(ws)
     assert before["vllm"].status == "current" and before["vllm"].role == "engine"
     assert before["transformers"].status == "current"
     upstream.add(WheelSpec("vllm", "1.1", requires=("compressed-tensors==0.10.0", "transformers>=4.0")))
-    news = _news(cat, lock_dir)["vllm"]
+    news = _news(ws)["vllm"]
     assert news.status == "available" and news.available == "1.1" and news.latest == "1.1"
     assert od.diff_lines(news.changes) == ["-vllm==1.0", "+vllm==1.1"]
     # JSON as the CLI prints it
-    d = od.to_dict(od.outdated(cat, lock_dir, check_bases=False))["targets"][0]
+    d = od.to_dict(od.outdated(ws, check_bases=False))["targets"][0]
     [v] = [p for p in d["packages"] if p["package"] == "vllm"]
     assert v["status"] == "available" and v["diff"] == ["-vllm==1.0", "+vllm==1.1"]
 
 
 def test_newer_engine_blocked_by_the_targets_exact_pin(catalog, upstream):
-    cat, lock_dir = catalog
+    ws = catalog
     upstream.add(WheelSpec("vllm", "1.1", requires=("compressed-tensors==0.10.0", "transformers>=4.0")))
     upstream.add(WheelSpec("vllm", "1.2", requires=("compressed-tensors==0.11.0", "transformers>=4.0")))
-    news = _news(cat, lock_dir)
+    news = _news(ws)
     v = news["vllm"]
     assert v.latest == "1.2" and v.status == "blocked"
     assert v.blocked_by == ("images/t.yaml requires compressed-tensors==0.10.0",)
@@ -100,55 +99,55 @@ def test_newer_engine_blocked_by_the_targets_exact_pin(catalog, upstream):
 
 
 def test_relock_engine_edits_the_spec_and_writes_the_expected_diff(catalog, upstream):
-    cat, lock_dir = catalog
+    ws = catalog
     upstream.add(WheelSpec("vllm", "1.1", requires=("compressed-tensors==0.10.0", "transformers>=4.0")))
     upstream.add(WheelSpec("vllm", "1.2", requires=("compressed-tensors==0.11.0", "transformers>=4.0")))
-    old = read_lock(next(lock_dir.glob("t.*.txt")))
-    res = od.relock(cat, "t", ["vllm"], lock_dir)
+    old = read_lock(next(ws.lockfiles.glob("t.*.txt")))
+    res = od.relock(ws, "t", ["vllm"])
     assert res.written
     assert res.spec_edits == ("images/t.yaml: engine.version 1.0 → 1.1",)
     assert res.diff[2:] == ["-vllm==1.0", "+vllm==1.1"]
-    spec = (cat.root / "t.yaml").read_text()
+    spec = (ws.images / "t.yaml").read_text()
     assert spec == SPEC.replace('version: "1.0"  # the engine', 'version: "1.1"  # the engine')
     # The lock was written for the edited spec: `plan`/`build` reuse it without resolving.
-    cat2 = load_catalog(cat.root)
-    lock, written = ensure_lock(lock_request(cat2, cat2.target("t")), lock_dir)
+    ws2 = Workspace(ws.images, ws.lockfiles)  # the edited spec
+    lock, written = ensure_lock(ws2.target("t").request, ws.lockfiles)
     assert not written and lock.package("vllm").version == "1.1"
     assert {p.name: p.version for p in lock.packages if p.name != "vllm"} == \
         {p.name: p.version for p in old.packages if p.name != "vllm"}
     # Asking for the blocked one explains itself and leaves everything as it was.
     with pytest.raises(od.ResolveError) as e:
-        od.relock(cat2, "t", ["vllm==1.2"], lock_dir)
+        od.relock(ws2, "t", ["vllm==1.2"])
     assert "images/t.yaml requires compressed-tensors==0.10.0" in e.value.facts
-    assert (cat.root / "t.yaml").read_text() == spec and read_lock(lock.path).body == lock.body
+    assert (ws.images / "t.yaml").read_text() == spec and read_lock(lock.path).body == lock.body
 
 
 def test_relock_dependency_with_upgrade_package(catalog, upstream):
-    cat, lock_dir = catalog
+    ws = catalog
     upstream.add(WheelSpec("transformers", "4.1"))
-    tr = _news(cat, lock_dir)["transformers"]
+    tr = _news(ws)["transformers"]
     assert tr.role == "dependency" and tr.status == "available"
     assert od.diff_lines(tr.changes) == ["-transformers==4.0", "+transformers==4.1"]
-    spec = (cat.root / "t.yaml").read_text()
-    res = od.relock(cat, "t", ["transformers"], lock_dir)
+    spec = (ws.images / "t.yaml").read_text()
+    res = od.relock(ws, "t", ["transformers"])
     assert res.spec_edits == () and [(c.package, c.old, c.new) for c in res.changes] == \
         [("transformers", "4.0", "4.1")]
-    assert (cat.root / "t.yaml").read_text() == spec
-    again = od.relock(cat, "t", ["transformers"], lock_dir)
+    assert (ws.images / "t.yaml").read_text() == spec
+    again = od.relock(ws, "t", ["transformers"])
     assert not again.written and "nothing to do" in again.note
 
 
 def test_override_holds_a_package(catalog, upstream):
-    cat, lock_dir = catalog
+    ws = catalog
     upstream.add(WheelSpec("transformers", "4.1"))
-    (cat.root / "t.yaml").write_text(SPEC + "overrides:\n  - requirement: transformers==4.0\n"
+    (ws.images / "t.yaml").write_text(SPEC + "overrides:\n  - requirement: transformers==4.0\n"
                                      "    reason: kept for the test\n")
-    cat = load_catalog(cat.root)
-    ensure_lock(lock_request(cat, cat.target("t")), lock_dir)
-    tr = _news(cat, lock_dir)["transformers"]
+    ws = Workspace(ws.images, ws.lockfiles)  # the edited spec
+    ensure_lock(ws.target("t").request, ws.lockfiles)
+    tr = _news(ws)["transformers"]
     assert tr.status == "held" and "kept for the test" in tr.note
     with pytest.raises(od.InputError, match="held by an override"):
-        od.relock(cat, "t", ["transformers"], lock_dir)
+        od.relock(ws, "t", ["transformers"])
 
 
 def test_spec_text_edits_keep_comments_and_refuse_ambiguity():
@@ -167,7 +166,7 @@ def _push_tag(repo_path: str, tag: str) -> None:
     """A tag in the local registry without Docker: an OCI manifest over an empty config."""
     import json
 
-    from builder.registry import Repository, _put_blob
+    from builder.image.registry import Repository, _put_blob
 
     repo = Repository.parse(f"{REGISTRY_HOST}/{repo_path}")
     empty = _put_blob(repo, b"{}")
@@ -188,7 +187,7 @@ def test_base_image_tags_from_a_registry_that_answers(images_copy):
     bases = images_copy / "bases.yaml"
     bases.write_text(bases.read_text().replace("repository: nvidia/cuda",
                                                f"repository: {REGISTRY_HOST}/{path}"))
-    cat = load_catalog(images_copy)
+    cat = Workspace(images_copy, images_copy.parent / "lockfiles").catalog
     image = f"{REGISTRY_HOST}/{path}:13.0.0-cudnn-devel-ubuntu24.04"
     for tag in ("13.0.0-cudnn-devel-ubuntu24.04", "13.0.2-cudnn-devel-ubuntu24.04",
                 "13.0.2-runtime-ubuntu24.04", "13.1.0-cudnn-devel-ubuntu24.04",
@@ -200,8 +199,8 @@ def test_base_image_tags_from_a_registry_that_answers(images_copy):
     assert "1 newer patch release(s) of CUDA 13.0" in b.note
 
 
-def test_base_image_on_an_unreachable_registry_says_not_checked():
-    cat = load_catalog()
+def test_base_image_on_an_unreachable_registry_says_not_checked(ws):
+    cat = ws.catalog
     b = od.base_news(cat, "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04", timeout=3)
     # Docker Hub cannot be reached from these machines; where it can, the tags are read.
     assert b.status in ("not checked", "newer", "current")
@@ -212,9 +211,8 @@ def test_base_image_on_an_unreachable_registry_says_not_checked():
 
 
 @pytest.mark.live
-def test_live_outdated_for_a_shipped_target():
-    cat = load_catalog()
-    [tn] = od.outdated(cat, ROOT / "lockfiles", targets=["sglang-blackwell"])
+def test_live_outdated_for_a_shipped_target(ws):
+    [tn] = od.outdated(ws, targets=["sglang-blackwell"])
     d = tn.to_dict()
     assert d["target"] == "sglang-blackwell" and d["engine"] == "sglang"
     by = {p["package"]: p for p in d["packages"]}

@@ -27,13 +27,18 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from rich.console import Console
 
-from builder import patches, wheels
+from builder.catalog import patches as patchdata
+from builder.catalog.catalog import load_catalog
+from builder.checks import patches
 from builder.errors import InputError, SpecError
-from builder.lock import read_lock
+from builder.lock import wheels
 from builder.payload import patcher
-from builder.spec import load_catalog
+from builder.plan import patchset
+from builder.workspace import Workspace
 
-from .conftest import ROOT
+from .conftest import ROOT, checkout_workspace
+
+WS = checkout_workspace()
 
 PATCHER = Path(patcher.__file__)
 UTILS = "sglang/srt/layers/quantization/compressed_tensors/utils.py"
@@ -319,7 +324,7 @@ def test_probe_mode_reports_and_exit_codes(tmp_path):
 # --- the data under images/patches -----------------------------------------------------------
 
 def test_shipped_patch_set_loads_and_the_target_uses_it():
-    ps = patches.load_patches()
+    ps = patchdata.load_patches(ROOT / "images")
     assert {IGNORE, MIXED} <= set(ps)
     for p in ps.values():
         assert p.package == "sglang" and p.covers("0.5.16") and not p.covers("0.5.17")
@@ -329,13 +334,13 @@ def test_shipped_patch_set_loads_and_the_target_uses_it():
             assert p.variant_for(v) is not None, (p.id, v)
     assert len(ps[MIXED].variants) == 4 and ps[MIXED].files() == [CT]
     assert ps[IGNORE].files() == [UTILS]
-    cat = load_catalog()
+    cat = WS.catalog
     t = cat.target("sglang-0516-blackwell")
     assert (t.engine_version, t.os, t.flavor, t.archs, t.smoke_model) == (
         "0.5.16", "debian-bookworm", "slim", ("sm100", "sm120"), "tiny-nvfp4")
-    assert [p.id for p in patches.target_patches(t)] == [MIXED, IGNORE]
+    assert [p.id for p in patchdata.target_patches(t, WS.patches)] == [MIXED, IGNORE]
     for other in cat.targets.values():
-        patches.target_patches(other)  # every listed id exists
+        patchdata.target_patches(other, WS.patches)  # every listed id exists
 
 
 def _patch_files(tmp_path: Path) -> Path:
@@ -367,7 +372,7 @@ def test_patch_spec_errors_name_file_and_key(tmp_path, old, new, key, expected):
     assert old in GOOD
     (images / "patches" / "p.yaml").write_text(GOOD.replace(old, new))
     with pytest.raises(SpecError) as e:
-        patches.load_patches(images)
+        patchdata.load_patches(images)
     assert e.value.path == "images/patches/p.yaml" and e.value.key == key
     assert expected in str(e.value)
 
@@ -377,48 +382,48 @@ def test_unknown_patch_id_in_a_target_names_the_target(images_copy):
     t.write_text(t.read_text().replace(f"- {IGNORE}", "- sglang-ct-ignore-exact"))
     target = load_catalog(images_copy).target("sglang-0516-blackwell")
     with pytest.raises(SpecError) as e:
-        patches.target_patches(target, images_copy)
+        patchdata.target_patches(target, patchdata.load_patches(images_copy))
     assert e.value.key == "patches[1]" and "sglang-0516-blackwell.yaml" in e.value.path
     assert f"did you mean '{IGNORE}'" in e.value.hint
 
 
 def test_context_files_carry_the_patcher_and_each_patch_as_json():
-    cat = load_catalog()
-    t = cat.target("sglang-0516-blackwell")
-    from builder.plan import lock_request
-
-    lock = read_lock(ROOT / "lockfiles" / lock_request(cat, t).filename())
-    files = patches.context_files(t.patches, lock)
+    t = WS.catalog.target("sglang-0516-blackwell")
+    lock = WS.target(t.name).lock()
+    files = patchset.context_files(t.patches, lock, WS.patches)
     assert sorted(files) == ["patcher.py", f"patches/{IGNORE}.json", f"patches/{MIXED}.json"]
     assert files["patcher.py"] == PATCHER.read_text()
     mixed = json.loads(files[f"patches/{MIXED}.json"])
     assert mixed["package"] == "sglang" and len(mixed["variants"]) == 4
     assert mixed["variants"][3]["diff"].startswith(f"--- a/{CT}")
-    assert patches.context_digest(files) == patches.context_digest(dict(files))
-    assert patches.context_files((), lock) == {}
-    assert patches.expected_applied(t.patches, lock) == (MIXED, IGNORE)
-    slim = cat.target("tiny-cpu")
-    assert patches.context_files(t.patches, read_lock(
-        ROOT / "lockfiles" / lock_request(cat, slim).filename())) == {}  # no sglang there
-    assert patches.apply_command("/opt/venv/bin/python") == (
+    assert patchset.context_digest(files) == patchset.context_digest(dict(files))
+    assert patchset.context_files((), lock, WS.patches) == {}
+    assert patchset.expected_applied(t.patches, lock, WS.patches) == (MIXED, IGNORE)
+    assert patchset.context_files(t.patches, WS.target("tiny-cpu").lock(),
+                                  WS.patches) == {}  # no sglang there
+    assert patchset.apply_command("/opt/venv/bin/python") == (
         "/opt/venv/bin/python /opt/imgbuild/patcher.py --patches /opt/imgbuild/patches "
         "--report /opt/imgbuild/patches.json")
 
 
 def test_listing_needs_no_network_and_render_and_json(tmp_path):
-    cat = load_catalog()
-    t = cat.target("sglang-0516-blackwell")
-    rows = patches.listing(t, cat, ROOT / "lockfiles")
+    from builder.cli.console import Output
+    from builder.cli.views import checks as views
+
+    report = patches.listing(WS, "sglang-0516-blackwell")
+    rows = report.results
     assert [(r.id, r.status, r.version) for r in rows] == [
         (MIXED, "unchecked", "0.5.16"), (IGNORE, "unchecked", "0.5.16")]
     assert rows[0].variant == ">=0.5.16,<0.5.17"
     buf = io.StringIO()
-    patches.render(rows, Console(file=buf, width=200), target=t.name)
+    views.patches(Output(False, Console(file=buf, width=200), Console(file=io.StringIO())),
+                  report)
     assert MIXED in buf.getvalue() and "unchecked" in buf.getvalue()
-    doc_ = patches.to_dict(rows, target=t.name)
-    assert doc_["ok"] and doc_["patches"][0]["files"] == [CT]
+    doc_ = report.to_dict()
+    assert doc_["ok"] and doc_["target"] == "sglang-0516-blackwell"
+    assert doc_["patches"][0]["files"] == [CT]
     with pytest.raises(InputError, match="no lock yet"):
-        patches.listing(t, cat, tmp_path)
+        patches.listing(Workspace(ROOT / "images", tmp_path), "sglang-0516-blackwell")
 
 
 # --- live: the real SGLang wheels ------------------------------------------------------------
@@ -426,13 +431,10 @@ def test_listing_needs_no_network_and_render_and_json(tmp_path):
 @pytest.fixture(scope="module")
 def live_wheels():
     wheels._pages.clear()  # the user's cache (reruns are fast), PyPI unless a mirror is set
-    cat = load_catalog()
-    from builder.plan import lock_request
-
     out = {}
     for name in ("sglang-0516-blackwell", "sglang-blackwell-slim"):
-        req = lock_request(cat, cat.target(name))
-        pkg = read_lock(ROOT / "lockfiles" / req.filename()).package("sglang")
+        req = WS.target(name).request
+        pkg = WS.target(name).lock().package("sglang")
         out[pkg.version] = wheels.fetch_locked(pkg, wheels.index_urls(req.extra_index_urls),
                                                python=req.python, platform=req.uv_platform)
     assert set(out) == {"0.5.16", "0.5.23"}
@@ -445,15 +447,14 @@ def _site(tmp_path: Path, wheel, members=None) -> Path:
     return patches.extract(wheel, tmp_path / "site-packages", members)
 
 
-def _all_patches() -> list[patches.Patch]:
-    ps = patches.load_patches()
+def _all_patches() -> list[patchdata.Patch]:
+    ps = WS.patches
     return [ps[MIXED], ps[IGNORE]]
 
 
 @pytest.mark.live
 def test_live_check_of_the_target_applies_both(live_wheels):
-    cat = load_catalog()
-    results = patches.check(cat.target("sglang-0516-blackwell"), cat, ROOT / "lockfiles")
+    results = patches.check(WS, "sglang-0516-blackwell").results
     assert [(r.id, r.status, r.version) for r in results] == [
         (MIXED, "applies", "0.5.16"), (IGNORE, "applies", "0.5.16")], results
     assert not patches.failed(results)
@@ -547,7 +548,7 @@ def test_live_broken_hunk_in_a_real_diff_fails_the_build(live_wheels, tmp_path):
     assert f"patch {MIXED}" in r.stderr and CT in r.stderr and "hunk #3" in r.stderr
     assert tree(site) == before  # nor was the good patch written
     damaged = dataclasses.replace(ps[0], variants=(
-        patches.Variant(">=0.5.16,<0.5.17", mixed["variants"][3]["diff"], "<test>"),))
+        patchdata.Variant(">=0.5.16,<0.5.17", mixed["variants"][3]["diff"], "<test>"),))
     results = patches.check_site([damaged, ps[1]], site)
     assert [r.status for r in results] == ["fails", "applies"]
     assert "hunk #3" in results[0].detail

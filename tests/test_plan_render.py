@@ -6,22 +6,22 @@ import dataclasses
 
 import pytest
 
-from builder import render
-from builder.plan import make_plan
-from builder.spec import load_catalog
+from builder.plan import render
+from builder.plan.decide import make_plan
+from builder.plan.key import finalize
 
-from .conftest import ROOT
+from .conftest import checkout_workspace
 
-LOCKS = ROOT / "lockfiles"
+WS = checkout_workspace()
 
 
 @pytest.fixture(scope="module")
 def cat():
-    return load_catalog()
+    return WS.catalog
 
 
 def plan(cat, target="tiny-cpu", **kw):
-    return make_plan(cat, target, lock_dir=LOCKS, resolve=False, **kw)
+    return make_plan(WS, target, resolve=False, **kw)
 
 
 def test_layer_order_puts_what_changes_least_first(cat):
@@ -73,10 +73,7 @@ def test_content_key_changes_with_what_decides_the_bytes(cat):
     assert base.model == "k2.6"
     assert plan(cat, "sglang-hopper").content_key != plan(cat, "sglang-hopper", model="k2.6").content_key
     assert plan(cat, "sglang-blackwell", model="tiny-nvfp4").content_key != base.content_key
-    from builder.lock import read_lock
-    from builder.plan import finalize
-
-    lock = read_lock(LOCKS / base.lock_path.split("/")[-1])
+    lock = WS.target(base.target).lock()
     other_lock = dataclasses.replace(lock, body_hash="sha256:" + "0" * 64)
     assert finalize(base, other_lock).content_key != base.content_key
     other_base = dataclasses.replace(base, base_image="nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04")

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from builder import preflight as host_side
 from builder.errors import InputError
+from builder.image import preflight as host_side
 from builder.payload import preflight as pf
 from builder.payload.preflight import FAIL, PASS, SKIP, WARN, ImageFacts, ModelFacts
+from builder.plan.labels import facts_from_labels, facts_from_plan
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 PAYLOAD = Path(pf.__file__)
@@ -295,18 +296,18 @@ def test_parsers_handle_na_and_commas_in_process_names():
 
 
 def test_facts_from_labels():
-    facts = host_side.facts_from_labels({
+    facts = facts_from_labels({
         "io.imgbuild.archs": "sm100,sm120", "io.imgbuild.cuda": "13.0",
         "io.imgbuild.model": "k2.6", "io.imgbuild.model-size-gb": "595", "io.imgbuild.tp": "8"})
     assert facts == ImageFacts(("sm100", "sm120"), "13.0", None, ModelFacts("k2.6", 595.0, 8))
     assert facts.driver_floor == "580.65.06"  # from CUDA 13.0 when the label is missing
-    no_model = host_side.facts_from_labels({"io.imgbuild.archs": "cpu", "io.imgbuild.cuda": "none",
+    no_model = facts_from_labels({"io.imgbuild.archs": "cpu", "io.imgbuild.cuda": "none",
                                             "io.imgbuild.model": "none"})
     assert no_model == ImageFacts(("cpu",))
     with pytest.raises(InputError, match="no io.imgbuild.archs label"):
-        host_side.facts_from_labels({"org.opencontainers.image.title": "something else"})
+        facts_from_labels({"org.opencontainers.image.title": "something else"})
     with pytest.raises(InputError, match="malformed"):
-        host_side.facts_from_labels({"io.imgbuild.archs": "sm100", "io.imgbuild.model": "x",
+        facts_from_labels({"io.imgbuild.archs": "sm100", "io.imgbuild.model": "x",
                                      "io.imgbuild.tp": "eight"})
 
 
@@ -314,12 +315,17 @@ def test_host_side_target_and_rich_table():
     # model_dir unset: the host side measures the Hugging Face cache's disk (IMGBUILD_MODEL_DIR
     # or HF_HOME); whether 595 GB fit there depends on this machine, so the disk verdict is not
     # asserted.
-    r = host_side.preflight_target(
+    r = host_side.preflight_facts(
         BLACKWELL_K26, runner=pf.recording_runner(FIXTURES / "rtx-pro-6000-8x-stale-gpu0"))
     assert not r.ok
     assert r.host.disk_path is not None
     buf = io.StringIO()
-    host_side.render_report(r, console=Console(file=buf, width=200, highlight=False))
+    from builder.cli.console import Output
+    from builder.cli.views import image as views
+    from builder.pipeline.preflight import Preflight
+
+    views.preflight(Output(False, Console(file=buf, width=200, highlight=False),
+                           Console(file=io.StringIO())), Preflight("target t", r))
     out = buf.getvalue()
     assert "gpus free" in out and "fail" in out and "preflight failed (gpus free" in out
     doc = json.loads(json.dumps(r.to_dict()))
@@ -464,13 +470,13 @@ def test_entrypoint_starts_the_server_when_preflight_itself_cannot_run(entrypoin
 
 
 def test_facts_from_plan_reads_the_labels_the_plan_writes():
-    # The Plan carries its labels (builder.plan.finalize); a stand-in with the same shape.
+    # The Plan carries its labels (builder.plan.key.finalize); a stand-in with the same shape.
     plan = type("Plan", (), {"labels": (
         ("io.imgbuild.archs", "sm100,sm120"), ("io.imgbuild.cuda", "13.0"),
         ("io.imgbuild.driver-min", "580.65.06"), ("io.imgbuild.model", "k2.6"),
         ("io.imgbuild.model-size-gb", "595"), ("io.imgbuild.tp", "8"),
         ("io.imgbuild.target", "sglang-blackwell"))})()
-    assert host_side.facts_from_plan(plan) == BLACKWELL_K26
+    assert facts_from_plan(plan) == BLACKWELL_K26
 
 
 def test_a_real_plans_labels_give_the_facts_the_tests_use():
@@ -481,4 +487,4 @@ def test_a_real_plans_labels_give_the_facts_the_tests_use():
     assert r.returncode == 0, r.stderr
     labels = json.loads(r.stdout)["labels"]
     labels = labels if isinstance(labels, dict) else dict(labels)
-    assert host_side.facts_from_labels(labels) == BLACKWELL_K26
+    assert facts_from_labels(labels) == BLACKWELL_K26

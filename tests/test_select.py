@@ -7,21 +7,20 @@ import json
 
 import pytest
 
-from builder.archs import coverage, parse_arch, runs_on
+from builder.catalog.archs import coverage, parse_arch, runs_on
 from builder.errors import InputError
-from builder.lock import LockedPackage, read_lock
-from builder.plan import lock_request, make_plan
-from builder.select import select
-from builder.spec import load_catalog
+from builder.lock.lockfile import LockedPackage
+from builder.plan.decide import make_plan
+from builder.plan.select import select, torch_cuda
 
-from .conftest import ROOT, run_imgbuild
+from .conftest import checkout_workspace, run_imgbuild
 
-LOCKS = ROOT / "lockfiles"
+WS = checkout_workspace()
 
 
 @pytest.fixture(scope="module")
 def cat():
-    return load_catalog()
+    return WS.catalog
 
 
 @pytest.mark.parametrize("text, sm", [
@@ -50,7 +49,7 @@ def test_binary_compatibility_within_a_major_only():
 
 
 def _plan(cat, target, **kw):
-    return make_plan(cat, target, lock_dir=LOCKS, resolve=False, **kw)
+    return make_plan(WS, target, resolve=False, **kw)
 
 
 def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
@@ -60,9 +59,7 @@ def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
         if p.archs == ("cpu",):
             assert p.cuda is None and p.min_driver is None
             continue
-        from builder.select import torch_cuda
-
-        torch = read_lock(LOCKS / lock_request(cat, cat.target(name)).filename()).package("torch")
+        torch = WS.target(name).lock().package("torch")
         cuda, how = torch_cuda(cat, torch.version)  # e.g. torch 2.14.x on PyPI: CUDA 13.0
         floor = cat.cuda[cuda].min_driver
         assert p.cuda == cuda and p.min_driver == floor, name
@@ -87,7 +84,7 @@ def test_blackwell_reasoning_reads_like_the_issue(cat):
 
 
 def _lock_with_torch(cat, version):
-    lock = read_lock(LOCKS / lock_request(cat, cat.target("sglang-blackwell")).filename())
+    lock = WS.target("sglang-blackwell").lock()
     pkgs = tuple(p for p in lock.packages if p.name != "torch") + (
         LockedPackage("torch", version, ("sha256:" + "0" * 64,)),)
     return dataclasses.replace(lock, packages=pkgs)

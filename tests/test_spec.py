@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from builder.catalog.catalog import load_catalog
 from builder.errors import InputError, SpecError
-from builder.spec import load_catalog
 
-from .conftest import run_imgbuild
+from .conftest import ROOT, run_imgbuild
 
 
 def test_shipped_catalog_has_the_required_targets_and_models():
-    cat = load_catalog()
+    cat = load_catalog(ROOT / "images")
     for t in ("sglang-blackwell", "sglang-hopper", "vllm-blackwell", "tiny-cpu"):
         assert t in cat.targets
     assert cat.target("sglang-blackwell").archs == ("sm100", "sm120")
@@ -72,7 +72,7 @@ def test_bad_target_fields(images_copy, body, key, expected):
 
 
 def test_unknown_target_and_model_list_known_and_closest():
-    cat = load_catalog()
+    cat = load_catalog(ROOT / "images")
     with pytest.raises(InputError) as e:
         cat.target("sglang-blackwel")
     assert e.value.hint == "did you mean 'sglang-blackwell'?"

@@ -1,0 +1,93 @@
+"""The catalog: targets, model profiles and the hardware tables under images/, read and
+validated together, cross-references included. (Patches and the check tables are read by
+their own modules, through the Workspace, when a command needs them.)"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError, SpecError
+from .hardware import (
+    ArchInfo,
+    Base,
+    CudaImages,
+    CudaInfo,
+    Gpu,
+    TorchBuild,
+    parse_bases,
+    parse_cuda,
+    parse_gpus,
+)
+from .models import ModelProfile, parse_model
+from .schema import read_yaml, rel, unknown
+from .targets import Target, parse_target
+
+
+@dataclass(frozen=True)
+class Catalog:
+    root: Path
+    targets: dict[str, Target] = field(hash=False)
+    models: dict[str, ModelProfile] = field(hash=False)
+    bases: dict[str, Base] = field(hash=False)
+    cuda_images: CudaImages | None = field(default=None, hash=False)
+    cuda: dict[str, CudaInfo] = field(default_factory=dict, hash=False)
+    base_archs: tuple[str, ...] = ()
+    torch: tuple[TorchBuild, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
+    archs: dict[str, ArchInfo] = field(default_factory=dict, hash=False)
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            raise unknown("target", name, self.targets)
+        return self.targets[name]
+
+    def model(self, alias: str) -> ModelProfile:
+        if alias not in self.models:
+            raise unknown("model", alias, self.models)
+        return self.models[alias]
+
+    def base(self, key: str) -> Base:
+        return self.bases[key]
+
+
+# Files under images/ that are catalog data, not targets.
+DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml"}
+
+
+def load_catalog(root: Path) -> Catalog:
+    """Read and validate every file under images/. Cross-references are checked here too."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"no images/ directory at {root}",
+                         hint="pass --images DIR (or set IMGBUILD_IMAGES)")
+    bases_path = root / "bases.yaml"
+    bases, cuda_images = parse_bases(read_yaml(bases_path, root), rel(bases_path, root))
+    gpus, archs = parse_gpus(read_yaml(root / "gpus.yaml", root), rel(root / "gpus.yaml", root))
+    cuda, base_archs, torch = parse_cuda(read_yaml(root / "cuda.yaml", root),
+                                         rel(root / "cuda.yaml", root))
+    models = {}
+    for p in sorted((root / "models").glob("*.yaml")):
+        models[p.stem] = parse_model(p.stem, read_yaml(p, root), rel(p, root))
+    targets = {}
+    for p in sorted(root.glob("*.yaml")):
+        if p.name in DATA_FILES:
+            continue
+        t = parse_target(p.stem, read_yaml(p, root), rel(p, root))
+        if t.os not in bases:
+            close = difflib.get_close_matches(t.os, list(bases), n=1)
+            raise SpecError(t.path, "os", "an OS from images/bases.yaml: " + ", ".join(sorted(bases)),
+                            t.os, hint=f"did you mean '{close[0]}'?" if close else None)
+        for i, a in enumerate(t.archs):
+            if a != "cpu" and a not in archs:
+                raise SpecError(t.path, f"archs[{i}]", "an arch from images/gpus.yaml: "
+                                + ", ".join(archs), a)
+        for k, ref in (("smoke.model", t.smoke_model), ("model", t.default_model)):
+            if ref is not None and ref not in models:
+                raise SpecError(t.path, k, "a model profile under images/models/: "
+                                + ", ".join(sorted(models)), ref)
+        targets[p.stem] = t
+    return Catalog(root=root, targets=targets, models=models, bases=bases,
+                   cuda_images=cuda_images, cuda=cuda, base_archs=base_archs, torch=torch,
+                   gpus=gpus, archs=archs)

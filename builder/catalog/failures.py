@@ -1,0 +1,354 @@
+"""Known failures (images/checks/failures.yaml): how each shows in a server log (regular
+expressions, with the literal every matching line contains), what it captures, the cause and
+the fix in plain words templated with the captures, and where the engine prints it."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from ..errors import InputError, SpecError
+from .schema import Doc, read_yaml, rel
+
+# Relative to images/: images/*.yaml are all read as targets, so checks live one level down.
+FAILURE_FILE = "checks/failures.yaml"
+SEVERITIES = ("error", "warning")
+BUILTINS = ("occurrences", "ranks")  # template names doctor fills in itself
+_ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+
+# --- the fingerprints (data) -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pattern:
+    """One regular expression, and the literal that every line it can match contains."""
+
+    regex: re.Pattern[str]
+    contains: str | None
+    before: int = 0  # for context patterns: how far around the matched line to look
+    after: int = 0
+    role: str = "match"  # how the evidence line is labelled
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self.regex.groupindex)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way a failure shows: a line, and possibly lines that must be near it."""
+
+    line: Pattern
+    near: tuple[Pattern, ...] = ()
+    severity: str | None = None
+
+    @property
+    def specificity(self) -> int:
+        return 1 + len(self.near)
+
+    @property
+    def names(self) -> frozenset[str]:
+        out = set(self.line.names)
+        for p in self.near:
+            out |= p.names
+        return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A capture computed from others: a template, or a table looked up by one capture."""
+
+    name: str
+    template: str | None = None
+    source: str | None = None  # the capture looked up in `table`
+    table: tuple[tuple[str, str], ...] = ()
+    default: str = ""
+
+    def value(self, values: Mapping[str, str]) -> str:
+        if self.template is not None:
+            return self.template.format_map(Blank(values))
+        return dict(self.table).get(values.get(self.source or "", ""), self.default)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a message text comes from: a file (and line) inside a released wheel."""
+
+    requirement: str  # "sglang==0.5.16"
+    at: str  # "sglang/srt/.../utils.py:132"
+
+    def __str__(self) -> str:
+        return f"{self.requirement} {self.at}"
+
+
+@dataclass(frozen=True)
+class LogPrefix:
+    """How an engine starts its log lines; groups named rank... give the TP rank."""
+
+    name: str
+    regex: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    id: str
+    title: str
+    severity: str
+    alternatives: tuple[Alternative, ...]
+    cause: str
+    fix: str
+    derive: tuple[Derived, ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()
+    dedupe_by: tuple[str, ...] | None = None  # None: all captures
+    supersedes: tuple[str, ...] = ()
+    applies_to: tuple[tuple[str, str], ...] = ()  # (package, PEP 440 specifier; "" = any)
+    sources: tuple[Source, ...] = ()
+    examples: tuple[str, ...] = ()
+    path: str = ""  # the file it was read from, for messages
+
+
+class Blank(dict):
+    """format_map values: a capture an alternative left unset renders as nothing."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class FailureCatalog:
+    prefixes: tuple[LogPrefix, ...]
+    fingerprints: tuple[Fingerprint, ...]
+
+
+FAILURE_KEYS = {"id", "title", "severity", "match", "derive", "defaults", "dedupe_by",
+                "supersedes", "cause", "fix", "applies_to", "sources", "examples"}
+ALT_KEYS = {"regex", "contains", "near", "severity"}
+NEAR_KEYS = {"regex", "contains", "before", "after", "role"}
+
+
+def _failure_file(images: Path | str) -> tuple[Path, Path]:
+    root = Path(images)
+    path = root / FAILURE_FILE
+    if not path.is_file():
+        raise InputError(f"no failure fingerprints under {root}",
+                         facts=[f"looked for {path}"],
+                         hint="pass --images DIR with checks/failures.yaml in it (the "
+                              "checkout's images/ has one)")
+    return root, path
+
+
+def load_fingerprints(images: Path | str) -> tuple[Fingerprint, ...]:
+    """Read and validate images/checks/failures.yaml; errors name the file, key and expectation."""
+    return load_failures(images).fingerprints
+
+
+def load_prefixes(images: Path | str) -> tuple[LogPrefix, ...]:
+    """The log-line prefixes (SGLang's, vLLM's) that failures.yaml declares."""
+    return load_failures(images).prefixes
+
+
+def load_failures(images: Path | str) -> FailureCatalog:
+    """Read and validate images/checks/failures.yaml (the Workspace reads it once a command)."""
+    rootp, p = _failure_file(images)
+    where = rel(p, rootp)
+    doc = Doc(where, read_yaml(p, rootp))
+    doc.reject_unknown({"prefixes", "failures"})
+    prefixes = []
+    for i, raw in enumerate(doc.get("prefixes", list, [], what="a list of log prefixes")):
+        d = doc.sub(f"prefixes[{i}]", raw)
+        d.reject_unknown({"name", "regex"})
+        prefixes.append(LogPrefix(d.get("name", str), _regex(d, "regex")))
+    fps: list[Fingerprint] = []
+    seen: dict[str, str] = {}
+    raws = doc.get("failures", list, what="a list of failures")
+    if not raws:
+        raise SpecError(where, "failures", "at least one failure")
+    for i, raw in enumerate(raws):
+        fp = _parse_failure(doc.sub(f"failures[{i}]", raw))
+        if fp.id in seen:
+            raise SpecError(where, f"failures[{i}].id", f"a unique id ({seen[fp.id]} has it too)",
+                            fp.id)
+        seen[fp.id] = f"failures[{i}]"
+        fps.append(fp)
+    for i, fp in enumerate(fps):
+        for j, other in enumerate(fp.supersedes):
+            if other not in seen or other == fp.id:
+                raise SpecError(where, f"failures[{i}].supersedes[{j}]",
+                                "the id of another failure in this file", other)
+    return FailureCatalog(tuple(prefixes), tuple(fps))
+
+
+def _regex(d: Doc, key: str) -> re.Pattern[str]:
+    text = d.get(key, str, what="a regular expression (Python syntax)")
+    try:
+        rx = re.compile(text)
+    except re.error as e:
+        raise SpecError(d.path, d.key(key), "a valid regular expression",
+                        f"{text!r} ({e})") from None
+    for name in rx.groupindex:
+        if name in BUILTINS:
+            raise SpecError(d.path, d.key(key), f"capture names other than {', '.join(BUILTINS)} "
+                            "(doctor fills those in itself)", name)
+    return rx
+
+
+def _pattern(d: Doc, *, near: bool) -> Pattern:
+    rx = _regex(d, "regex")
+    what = ("a literal text every line the regex matches contains (lines without it are not "
+            "searched)")
+    contains = d.get("contains", str, ... if not near else None, what=what)
+    if contains is not None and not contains:
+        raise SpecError(d.path, d.key("contains"), "a non-empty text", contains)
+    if not near:
+        return Pattern(rx, contains)
+    before = d.get("before", int, 0, what="a number of lines (0 or more)")
+    after = d.get("after", int, 0, what="a number of lines (0 or more)")
+    if before < 0 or after < 0 or before + after == 0:
+        raise SpecError(d.path, d.key("before" if before <= 0 else "after"),
+                        "how many lines before and/or after the matched line to look "
+                        "(at least one of before, after above 0)",
+                        {"before": before, "after": after})
+    return Pattern(rx, contains, before, after, d.get("role", str, "context"))
+
+
+def _severity(d: Doc, default: Any) -> str | None:
+    sev = d.get("severity", str, default)
+    if sev is not None and sev not in SEVERITIES:
+        raise SpecError(d.path, d.key("severity"), "one of " + ", ".join(SEVERITIES), sev)
+    return sev
+
+
+def _fields(template: str) -> list[str]:
+    out = []
+    for _, name, spec, conv in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not _NAME.match(name) or spec or conv:
+            raise ValueError(name or "{}")
+        out.append(name)
+    return out
+
+
+def _check_template(d: Doc, key: str, template: str, alts: Sequence[Alternative],
+                    extra: Iterable[str]) -> None:
+    try:
+        names = _fields(template)
+    except ValueError as e:
+        raise SpecError(d.path, d.key(key), "plain {name} placeholders (write {{ and }} for "
+                        "literal braces)", f"{{{e}}}") from None
+    extra = set(extra)
+    for k, alt in enumerate(alts):
+        have = alt.names | extra
+        for name in names:
+            if name not in have:
+                raise SpecError(d.path, d.key(key),
+                                f"placeholders that match[{k}] sets: one of "
+                                + ", ".join(sorted(have)), f"{{{name}}}",
+                                hint="name the capture in match[...].regex, or give it under "
+                                     "defaults: or derive:")
+
+
+def _parse_failure(d: Doc) -> Fingerprint:
+    d.reject_unknown(FAILURE_KEYS)
+    fid = d.get("id", str)
+    if not _ID.match(fid):
+        raise SpecError(d.path, d.key("id"), "a kebab-case id such as 'torch-arch-unsupported'",
+                        fid)
+    severity = _severity(d, "error")
+    alts = []
+    raw_alts = d.get("match", list, what="a list of ways the failure shows (regex, contains)")
+    if not raw_alts:
+        raise SpecError(d.path, d.key("match"), "at least one {regex, contains}")
+    for k, raw in enumerate(raw_alts):
+        ad = d.sub(f"match[{k}]", raw)
+        ad.reject_unknown(ALT_KEYS)
+        line = _pattern(ad, near=False)
+        near = tuple(_pattern(ad.sub(f"near[{j}]", n), near=True)
+                     for j, n in enumerate(ad.get("near", list, [], what="a list of lines "
+                                                  "that must be near the matched one")))
+        alts.append(Alternative(line, near, _severity(ad, None)))
+    defaults_raw = d.get("defaults", dict, {})
+    defaults = []
+    for name, value in defaults_raw.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SpecError(d.path, d.key("defaults"), "capture names as keys", name)
+        if not isinstance(value, str):
+            raise SpecError(d.path, d.key(f"defaults.{name}"), "a string in quotes", value)
+        defaults.append((name, value))
+    known = {n for n, _ in defaults}
+    derived = []
+    for name, raw in d.get("derive", dict, {}).items():
+        key = f"derive.{name}"
+        if not isinstance(name, str) or not _NAME.match(name) or name in BUILTINS:
+            raise SpecError(d.path, d.key("derive"), "names of new captures as keys "
+                            f"(not {', '.join(BUILTINS)})", name)
+        dd = d.sub(key, raw)
+        dd.reject_unknown({"template", "from", "map", "default"})
+        if "template" in raw:
+            tpl = dd.get("template", str)
+            _check_template(d, key + ".template", tpl, alts, known)
+            derived.append(Derived(name, template=tpl))
+        elif "from" in raw:
+            src = dd.get("from", str, what="the name of a capture")
+            table = dd.get("map", dict, what="a mapping from captured values to results")
+            for kk, vv in table.items():
+                if not isinstance(vv, str):
+                    raise SpecError(d.path, d.key(f"{key}.map.{kk}"), "a string in quotes", vv)
+            _check_template(d, key + ".from", "{" + src + "}", alts, known)
+            derived.append(Derived(name, source=src,
+                                   table=tuple((str(kk), vv) for kk, vv in table.items()),
+                                   default=dd.get("default", str, "")))
+        else:
+            raise SpecError(d.path, d.key(key), "a mapping with template, or with from and map")
+        known.add(name)
+    title = d.get("title", str)
+    cause = d.get("cause", str, what="the cause, in plain words")
+    fix = d.get("fix", str, what="the fix with imgbuild, in plain words")
+    for key, text in (("title", title), ("cause", cause), ("fix", fix)):
+        if not text.strip():
+            raise SpecError(d.path, d.key(key), "a non-empty text")
+        _check_template(d, key, text, alts, known | set(BUILTINS))
+    dedupe = d.get("dedupe_by", list, None, what="a list of capture names")
+    if dedupe is not None:
+        for j, name in enumerate(dedupe):
+            if not isinstance(name, str):
+                raise SpecError(d.path, d.key(f"dedupe_by[{j}]"), "a capture name", name)
+            _check_template(d, f"dedupe_by[{j}]", "{" + name + "}", alts, known)
+        dedupe = tuple(dedupe)
+    applies = []
+    for pkg, spec in d.get("applies_to", dict, {}).items():
+        if not isinstance(spec, str):
+            raise SpecError(d.path, d.key(f"applies_to.{pkg}"),
+                            "a PEP 440 version range in quotes ('' for any version)", spec)
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise SpecError(d.path, d.key(f"applies_to.{pkg}"),
+                            "a PEP 440 version range such as '>=0.5.8,<0.5.17'", spec) from None
+        applies.append((str(pkg), spec))
+    sources = []
+    for j, raw in enumerate(d.get("sources", list, [])):
+        sd = d.sub(f"sources[{j}]", raw)
+        sd.reject_unknown({"in", "at"})
+        req = sd.get("in", str, what="the package the text is in, as name==version")
+        try:
+            Requirement(req)
+        except InvalidRequirement:
+            raise SpecError(d.path, sd.key("in"), "a package as name==version", req) from None
+        sources.append(Source(req, sd.get("at", str, what="a path inside the wheel, with :line")))
+    return Fingerprint(
+        id=fid, title=title.strip(), severity=severity or "error", alternatives=tuple(alts),
+        cause=" ".join(cause.split()), fix=" ".join(fix.split()), derive=tuple(derived),
+        defaults=tuple(defaults), dedupe_by=dedupe,
+        supersedes=d.str_list("supersedes"), applies_to=tuple(applies), sources=tuple(sources),
+        examples=d.str_list("examples"), path=d.path,
+    )

@@ -1,0 +1,186 @@
+"""Reading a checkpoint for check-model: config.json, and module names from the safetensors
+index or headers (no weights are read)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import EnvError, InputError
+
+QUANT_PARAMS = ("weight_packed", "weight_scale")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What check-model reads: config.json, and module names when tensors are listed."""
+
+    config: dict[str, Any] = field(hash=False, compare=False)
+    module_names: tuple[str, ...]  # modules that own tensors, sorted
+    source: str
+    quantized: frozenset[str] = frozenset()  # modules with weight_packed / weight_scale
+    w4a4: frozenset[str] = frozenset()  # NVFP4 modules with an input_global_scale
+    names_from: str | None = None  # file the names were read from; None: config only
+    config_path: Path | None = None
+    config_text: str | None = field(default=None, hash=False, compare=False, repr=False)
+
+    @classmethod
+    def from_tensors(cls, config: dict[str, Any], tensor_names: Iterable[str], source: str, *,
+                     names_from: str | None = None, config_path: Path | None = None,
+                     config_text: str | None = None) -> Checkpoint:
+        modules: set[str] = set()
+        quantized: set[str] = set()
+        w4a4: set[str] = set()
+        for t in tensor_names:
+            mod, _, param = t.rpartition(".")
+            if not mod:
+                continue
+            modules.add(mod)
+            if param in QUANT_PARAMS:
+                quantized.add(mod)
+            elif param == "input_global_scale":
+                w4a4.add(mod)
+        return cls(config, tuple(sorted(modules)), source, frozenset(quantized),
+                   frozenset(w4a4 & quantized), names_from, config_path, config_text)
+
+    @property
+    def architecture(self) -> str | None:
+        archs = self.config.get("architectures") or []
+        return archs[0] if archs and isinstance(archs[0], str) else None
+
+
+def quant_config(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """The quantization config and the keys that lead to it (engines look in this order)."""
+    for key in ("quantization_config", "compression_config"):
+        q = config.get(key)
+        if isinstance(q, dict):
+            return q, (key,)
+    tc = config.get("text_config")
+    if isinstance(tc, dict) and isinstance(tc.get("quantization_config"), dict):
+        return tc["quantization_config"], ("text_config", "quantization_config")
+    return None, ()
+
+
+def safetensors_keys(path: Path) -> list[str]:
+    """Tensor names in a .safetensors file, from its JSON header (8-byte length, then JSON)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise InputError(f"{path}: not a safetensors file (shorter than its header)")
+        (n,) = struct.unpack("<Q", head)
+        if n > 512 * 1024 * 1024:
+            raise InputError(f"{path}: not a safetensors file (header length {n})")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise InputError(f"{path}: unreadable safetensors header ({e})") from None
+    return [k for k in header if k != "__metadata__"]
+
+
+def _read_json(path: Path) -> tuple[dict[str, Any], str]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{path}: not valid JSON ({e})",
+                         hint="point check-model at a checkpoint directory or its config.json") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data, text
+
+
+def _tensor_names(d: Path) -> tuple[list[str] | None, str | None]:
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        doc, _ = _read_json(index)
+        wm = doc.get("weight_map")
+        if not isinstance(wm, dict):
+            raise InputError(f"{index}: no weight_map", hint="the index is truncated; "
+                             "download it again")
+        return list(wm), index.name
+    files = sorted(d.glob("*.safetensors"))
+    if files:
+        names: list[str] = []
+        for f in files:
+            names += safetensors_keys(f)
+        return names, ", ".join(f.name for f in files[:3]) + (" ..." if len(files) > 3 else "") \
+            + " (headers)"
+    return None, None
+
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """A checkpoint directory, its config.json (index or safetensors beside it are read too), a
+    bare config file, or a Hugging Face repo id (only when the hub can be reached)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        cfg = p / "config.json"
+        if not cfg.is_file():
+            raise InputError(f"{p}: no config.json", hint="point check-model at the checkpoint "
+                             "directory (the one with config.json and the .safetensors files)")
+        config, text = _read_json(cfg)
+        names, src = _tensor_names(p)
+        return Checkpoint.from_tensors(config, names or (), str(p), names_from=src,
+                                       config_path=cfg, config_text=text)
+    if p.is_file():
+        config, text = _read_json(p)
+        names = src = None
+        if p.name == "config.json":
+            names, src = _tensor_names(p.parent)
+        return Checkpoint.from_tensors(config, names or (), str(p), names_from=src,
+                                       config_path=p, config_text=text)
+    if _REPO_ID.match(str(path)) and not str(path).startswith((".", "/", "~")):
+        return _load_hub(str(path))
+    raise InputError(f"no checkpoint at {path}",
+                     hint="pass a checkpoint directory, its config.json, a model alias from "
+                          "`imgbuild list`, or a Hugging Face repo id")
+
+
+def _load_hub(repo: str) -> Checkpoint:
+    try:
+        import huggingface_hub as hh
+        from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError
+    except ImportError:
+        raise EnvError(f"cannot read {repo}: huggingface_hub is not installed",
+                       hint="download the checkpoint's config.json and "
+                            "model.safetensors.index.json and pass their directory") from None
+    try:
+        cfg = Path(hh.hf_hub_download(repo, "config.json"))
+    except RepositoryNotFoundError:
+        raise InputError(f"no repository {repo} on the Hugging Face hub",
+                         hint="check the repo id (and HF_TOKEN for a gated model)") from None
+    except Exception as e:  # offline, unreachable, gated: all end the same way
+        raise EnvError(f"cannot read {repo} from the Hugging Face hub",
+                       facts=[f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+                              f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')!s}"],
+                       hint="download config.json and model.safetensors.index.json of the "
+                            "checkpoint and pass their directory") from None
+    config, text = _read_json(cfg)
+    names: list[str] | None = None
+    src = None
+    try:
+        idx = Path(hh.hf_hub_download(repo, "model.safetensors.index.json"))
+        doc, _ = _read_json(idx)
+        names, src = list(doc.get("weight_map") or {}), f"{repo}: model.safetensors.index.json"
+    except EntryNotFoundError:
+        try:
+            meta = hh.get_safetensors_metadata(repo)
+            names = [t for fm in meta.files_metadata.values() for t in fm.tensors]
+            src = f"{repo}: safetensors headers"
+        except Exception:
+            names = None
+    except Exception:
+        names = None
+    return Checkpoint.from_tensors(config, names or (), repo, names_from=src, config_text=text)
+

@@ -1,0 +1,118 @@
+"""`imgbuild check-model PATH|ALIAS --target T [--fix OUT]`: the report for one checkpoint on
+one target's locked engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ... import smokemodel
+from ...catalog.catalog import Catalog
+from ...catalog.engines import EngineTable
+from ...errors import InputError
+from ...lock import wheels
+from ...workspace import Workspace
+from .behaviour import Behaviour
+from .checkpoint import Checkpoint, load_checkpoint
+from .findings import Finding, analyze
+from .fix import FixResult, fix, write_fix
+from .ignore import IgnoreAnalysis
+
+
+@dataclass(frozen=True)
+class Report:
+    source: str
+    target: str
+    behaviour: Behaviour
+    checkpoint: Checkpoint = field(repr=False)
+    findings: tuple[Finding, ...]
+    compressed_tensors: str | None = None
+    fix: FixResult | None = None
+    analysis: IgnoreAnalysis | None = None
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when an error remains that the written fix does not address, else 0."""
+        fixed = {"ignore-parent"} if self.fix and self.fix.out else set()
+        errors = self.errors
+        if self.fix and self.fix.out and (self.fix.packed_added or self.fix.ignore_added):
+            # a fused-layer error the fix settles: its layers are now listed, or mapped
+            done = set(self.fix.ignore_added)
+            errors = [f for f in errors if not (f.kind == "fused-projection" and (
+                set(f.examples) <= done or self.fix.packed_added))]
+        return 1 if any(f.kind not in fixed for f in errors) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.checkpoint
+        return {"checkpoint": self.source, "target": self.target,
+                "architecture": c.architecture, "names_from": c.names_from,
+                "modules": len(c.module_names), "quantized_modules": len(c.quantized),
+                "compressed_tensors": self.compressed_tensors,
+                "engine": self.behaviour.to_dict(),
+                "ignore": self.analysis.to_dict() if self.analysis else None,
+                "findings": [f.to_dict() for f in self.findings],
+                "fix": self.fix.to_dict() if self.fix else None,
+                "exit_code": self.exit_code}
+
+
+def resolve_checkpoint(path_or_alias: str, catalog: Catalog | None) -> Checkpoint:
+    """A path or repo id, or a model alias from images/models/ (generated ones are made)."""
+    p = Path(path_or_alias).expanduser()
+    if not p.exists() and catalog is not None and path_or_alias in catalog.models:
+        prof = catalog.model(path_or_alias)
+        if prof.generated:
+            return load_checkpoint(smokemodel.ensure(smokemodel.spec_for(prof)))
+        return load_checkpoint(prof.checkpoint)
+    return load_checkpoint(path_or_alias)
+
+
+def check_model(ws: Workspace, path_or_alias: str, target_name: str,
+                fix_out: str | Path | None = None, *, engines: EngineTable | None = None,
+                ct_formats: Iterable[str] | None = None) -> Report:
+    """`imgbuild check-model PATH|ALIAS --target T [--fix OUT]`: the report (a view renders it;
+    serialize with `Report.to_dict`; exit with `Report.exit_code`)."""
+    ref = ws.target(target_name)
+    target = ref.target
+    table = engines or ws.engines
+    ckpt = resolve_checkpoint(path_or_alias, ws.catalog)
+    lock = ref.lock() if ref.has_lock else None
+    ct = lock.package("compressed-tensors") if lock is not None else None
+    ana = analyze(ckpt, target=target, catalog=ws.catalog, lock=lock, engines=table,
+                  families=ws.families if lock is not None and ct_formats is None else (),
+                  ct_formats=ct_formats,
+                  index_urls=wheels.index_urls(ref.request.extra_index_urls))
+    findings = list(ana.findings)
+    if lock is None and ct_formats is None:
+        findings = [f for f in findings if f.kind != "format"] + [Finding(
+            "format", "info", f"no lock for {target.name}: formats not checked against its "
+            f"compressed-tensors", (f"looked for {ref.display}",),
+            f"run `imgbuild lock {target.name}`")]
+    result = None
+    if fix_out is not None:
+        if ana.ignore is None:
+            raise InputError("--fix has nothing to fix: the checkpoint is not quantized with "
+                             "compressed-tensors",
+                             facts=[f.message for f in ana.findings],
+                             hint="leave --fix out")
+        if not ana.ignore.names_known:
+            raise InputError("--fix needs module names, and this checkpoint has none",
+                             facts=[f"{ckpt.source}: no model.safetensors.index.json or "
+                                    f".safetensors beside config.json"],
+                             hint="run check-model on the checkpoint directory")
+        result = fix(ckpt.config, ana.index, "substring", quantized=ckpt.quantized,
+                     packed=ana.packed or None, add_ignore=ana.add_ignore)
+        text = ckpt.config_text if ckpt.config_text is not None else \
+            json.dumps(ckpt.config, indent=2) + "\n"
+        result = write_fix(result, fix_out, text)
+        findings = [replace(f, hint=f"the corrected config.json is at {result.out} (the "
+                            f"original is {result.orig})") if f.kind == "ignore-parent"
+                    and f.severity == "error" else f for f in findings]
+    return Report(ckpt.source, target.name, ana.behaviour, ckpt, tuple(findings),
+                  ct.version if ct else None, result, ana.ignore)

@@ -1,0 +1,18 @@
+"""What several commands read from their arguments: the Workspace and the GPU archs."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..catalog.archs import parse_arch
+from ..workspace import Workspace
+
+
+def workspace(args: argparse.Namespace) -> Workspace:
+    return Workspace.open(args.images, args.lockfiles, args.wheels)
+
+
+def archs(args: argparse.Namespace, ws: Workspace) -> tuple[str, ...] | None:
+    """--arch B200 --arch 'RTX PRO 6000' or --arch sm100,12.0 -> ("sm100", "sm120")."""
+    given = [a for v in (getattr(args, "arch", None) or []) for a in v.split(",") if a.strip()]
+    return tuple(parse_arch(a, ws.catalog) for a in given) or None

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...pipeline.build import BuildOptions, build_target
+from ...progress import SILENT
+from ..args import archs, workspace
+from ..views import image as views
+
+
+def run(args, out) -> int:
+    ws = workspace(args)
+    opts = BuildOptions(target=args.target, model=args.model, registry=args.registry,
+                        archs=archs(args, ws), flavor=args.flavor, push=args.push,
+                        rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
+                        no_cache=args.no_cache,
+                        log_dir=Path(args.log_dir) if args.log_dir else None)
+    outcome = build_target(ws, opts, SILENT if out.json else out.progress())
+    views.build(out, outcome)
+    return 0

@@ -1,0 +1,128 @@
+"""The command line's grammar: argparse only, so `imgbuild --help` loads nothing else.
+
+Each subcommand names the module under builder/cli/commands/ that runs it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+# command -> module under builder.cli.commands (imported only when that command runs)
+COMMANDS = {
+    "list": "list", "plan": "plan", "lock": "lock", "check-deps": "check_deps",
+    "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
+    "doctor": "doctor", "check-model": "check_model", "patches": "patches",
+    "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true",
+                        help="machine-readable output: JSON on stdout and nothing else")
+    common.add_argument("--images", default=os.environ.get("IMGBUILD_IMAGES"),
+                        help="the images/ directory (env IMGBUILD_IMAGES; default: the nearest "
+                             "images/ in this directory or above, else the checkout's)")
+    common.add_argument("--lockfiles", default=os.environ.get("IMGBUILD_LOCKFILES"),
+                        help="where locks live (env IMGBUILD_LOCKFILES; default: lockfiles/ "
+                             "beside images/)")
+    common.add_argument("--wheels", help="a local wheel directory that stands in for extra "
+                        "indexes (env IMGBUILD_WHEELS)")
+    select = argparse.ArgumentParser(add_help=False)
+    select.add_argument("--arch", action="append", metavar="ARCH",
+                        help="GPU archs instead of the target's: sm100, 10.0, B200, 'RTX PRO 6000' "
+                             "(repeat or comma-separate)")
+    select.add_argument("--flavor", choices=("devel", "slim"),
+                        help="devel: nvidia/cuda cudnn-devel base; slim: plain OS base, CUDA "
+                             "from the torch wheels")
+    p = argparse.ArgumentParser(
+        prog="imgbuild", description="Build, smoke-test and publish LLM serving images. "
+        "`imgbuild TARGET ...` is `imgbuild build TARGET ...`.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", parents=[common], help="targets and model profiles")
+    s = sub.add_parser("plan", parents=[common, select],
+                       help="the Plan for a target (locks if needed)")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry", help="repository the tags are for, e.g. 127.0.0.1:5000/imgbuild")
+    s.add_argument("--no-checks", action="store_true",
+                   help="skip the dependency (API drift) check, which reads locked wheels")
+    s = sub.add_parser("lock", parents=[common], help="resolve and write lockfiles")
+    s.add_argument("targets", nargs="*")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--check", action="store_true", help="exit 1 with the diff if a lock is stale")
+    s.add_argument("--refresh", action="store_true", help="re-resolve even if inputs match")
+    s.add_argument("--jobs", type=int, default=4, help="locks resolved at once (default 4)")
+    s = sub.add_parser("check-deps", parents=[common],
+                       help="API drift: what the locked engine uses exists in its locked deps")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s = sub.add_parser("build", parents=[common, select],
+                       help="plan, lock, build, smoke, tag (and push)")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry")
+    s.add_argument("--push", action="store_true")
+    s.add_argument("--rebuild", action="store_true", help="build even if the content tag exists")
+    s.add_argument("--no-smoke", action="store_true",
+                   help="skip the smoke test (then only the content tag is set)")
+    s.add_argument("--force", action="store_true",
+                   help="move the moving tags even if the smoke test fails (loud; labelled "
+                        "io.imgbuild.smoke-gate=forced, so it has a content tag of its own)")
+    s.add_argument("--no-cache", action="store_true",
+                   help="run every build step again (BuildKit's layer cache unused; uv's kept)")
+    s.add_argument("--log-dir", help="keep the full build log here")
+    s = sub.add_parser("pull", parents=[common, select],
+                       help="pull the prebuilt image for a target")
+    s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry", required=True)
+    s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
+    s.add_argument("image")
+    s.add_argument("--gpu", choices=("auto", "off", "require"), default="auto",
+                   help="stage 4, the image's engine on a GPU: auto where there is one, "
+                        "require turns a GPU skip into a failure")
+    s = sub.add_parser("preflight", parents=[common, select],
+                       help="check this host (GPUs, driver, memory, disk) for an image or target")
+    s.add_argument("subject", metavar="IMAGE|TARGET")
+    s.add_argument("--model", help="with a TARGET: the model profile to check for")
+    s.add_argument("--model-dir", help="where the model will be stored (free disk is checked "
+                   "there; default IMGBUILD_MODEL_DIR, else the Hugging Face cache)")
+    s.add_argument("--nvidia-smi", help="the nvidia-smi binary to run")
+    s = sub.add_parser("patches", parents=[common],
+                       help="a target's compatibility patches; --check applies them to the "
+                            "locked wheel in a scratch directory")
+    s.add_argument("target")
+    s.add_argument("--check", action="store_true")
+    s = sub.add_parser("check-model", parents=[common],
+                       help="lint a checkpoint's config.json against a target's locked engine")
+    s.add_argument("model", metavar="PATH|ALIAS")
+    s.add_argument("--target", required=True)
+    s.add_argument("--fix", metavar="OUT", help="write a corrected config.json (original kept "
+                   "beside it) whose ignore list ignores exactly the same modules")
+    s = sub.add_parser("matrix", parents=[common], help="CI jobs from images/: github, bake, json")
+    s.add_argument("--format", choices=("github", "bake", "json"), default="json")
+    s.add_argument("--changed-since", metavar="REF",
+                   help="only jobs whose content key changed since this git ref")
+    s.add_argument("--registry", help="repository the tags are for")
+    s.add_argument("--contexts", metavar="DIR", help="with bake: write each job's build context")
+    s = sub.add_parser("outdated", parents=[common],
+                       help="newer upstream releases per target: available, blocked by, held")
+    s.add_argument("targets", nargs="*")
+    s = sub.add_parser("relock", parents=[common], help="re-resolve a target upgrading packages")
+    s.add_argument("target")
+    s.add_argument("--upgrade", action="append", required=True, metavar="PKG[==VER]")
+    s = sub.add_parser("doctor", parents=[common],
+                       help="match a server log or traceback against known failures")
+    s.add_argument("log", metavar="LOGFILE|-")
+    s = sub.add_parser("base", parents=[common], help="base images")
+    bsub = s.add_subparsers(dest="base_command", required=True)
+    b = bsub.add_parser("bootstrap", parents=[common],
+                        help="debootstrap + docker import a Debian base, tag and push it")
+    b.add_argument("--base", default="debian-bookworm")
+    b.add_argument("--registry")
+    b.add_argument("--rebuild", action="store_true")
+    b = bsub.add_parser("refresh-digests", parents=[common],
+                        help="pin the catalog's nvidia/cuda tags by digest (needs the registry)")
+    b.add_argument("--mirror", help="a registry that mirrors nvidia/cuda, e.g. 127.0.0.1:5000/hub")
+    return p

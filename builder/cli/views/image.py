@@ -1,0 +1,105 @@
+"""build, pull, smoke, preflight and base-image reports."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from ...image.base import BaseResult
+from ...image.smoke import SmokeReport
+from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
+from ...pipeline.build import Outcome
+from ...pipeline.preflight import Preflight
+from ...pipeline.pull import PullOutcome
+from ..console import Output
+from . import kv, table
+
+
+def build(out: Output, o: Outcome) -> None:
+    if out.json:
+        out.print_json(o.to_dict())
+        return
+    b, g, p = o.built, o.gate, o.published
+    rows = [("action", b.action), ("image", b.image_id[:19]),
+            ("size", f"{b.size_bytes / 1e6:.0f} MB"), ("time", f"{o.seconds:.1f} s")]
+    if b.build:
+        rows.append(("build", f"{b.build.seconds:.1f} s, {b.build.steps} steps, "
+                              f"{b.build.cached_steps} cached"))
+    if g.report:
+        rows.append(("smoke", ("passed" if g.report.ok else "FAILED") + "; " + ", ".join(
+            f"{s['name']} {s['status']} {s.get('duration_s', 0):.1f}s"
+            for s in g.report.stages)))
+    rows.append(("tags", "\n".join([o.plan.ref()] + list(p.moved))))
+    if g.held:
+        rows.append(("not moved", f"{', '.join(o.plan.tags)}: {g.held}"))
+    if p.report_ref:
+        rows.append(("smoke report", p.report_ref))
+    if p.pushed:
+        rows.append(("pushed", "\n".join(p.pushed)))
+    kv(out.out, f"{o.plan.target}: {b.action}", rows)
+
+
+def pull(out: Output, o: PullOutcome) -> None:
+    if out.json:
+        out.print_json(o.to_dict())
+        return
+    rep = o.report
+    smoke_row = ("no smoke report stored for this digest: moving tags not set" if rep is None
+                 else ("passed" if rep.get("ok") else "FAILED (tags moved with --force)"
+                       if rep.get("forced") else "FAILED") + "; " + ", ".join(
+                           f"{s_['name']} {s_['status']}" for s_ in rep.get("stages", [])))
+    kv(out.out, f"pulled {o.plan.target}", [("image", o.ref), ("digest", o.digest),
+                                           ("smoke", smoke_row), ("tags", "\n".join(o.plan.refs))])
+
+
+def smoke(out: Output, image: str, rep: SmokeReport) -> None:
+    if out.json:
+        out.print_json(rep.to_dict() | {"ok": rep.ok})
+        return
+    table(out.out, f"smoke {image}: {'passed' if rep.ok else 'FAILED'}",
+          ["stage", "status", "seconds", "reason"],
+          [[s["name"], s["status"], f"{s.get('duration_s', 0):.2f}", s.get("reason") or ""]
+           for s in rep.stages])
+
+
+PREFLIGHT_STYLE = {PASS: "bold green", FAIL: "bold red", WARN: "bold yellow", SKIP: "dim"}
+
+
+def preflight(out: Output, result: Preflight) -> None:
+    report: Report = result.report
+    if out.json:
+        out.print_json(report.to_dict())
+        return
+    c = out.out
+    t = Table(title=f"preflight: this host for {result.subject}", title_justify="left")
+    t.add_column("check", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    t.add_column("detail", overflow="fold")
+    for v in report.verdicts:
+        t.add_row(v.check, f"[{PREFLIGHT_STYLE.get(v.status, '')}]{v.status}[/]", escape(v.detail))
+    c.print(t)
+    if report.ok:
+        c.print("[green]preflight ok[/]: no check failed")
+    else:
+        failed = ", ".join(v.check for v in report.verdicts if v.status == FAIL)
+        c.print(f"[bold red]preflight failed[/] ({failed}): the server would not start here")
+
+
+
+def base(out: Output, key: str, res: BaseResult) -> None:
+    doc = {"image": res.image, "image_id": res.image_id, "built": res.built,
+           "seconds": round(res.seconds, 1), "size_bytes": res.size_bytes,
+           "pushed": list(res.pushed)}
+    if out.json:
+        out.print_json(doc)
+    else:
+        kv(out.out, f"base {key}", [(k, str(v)) for k, v in doc.items()])
+
+
+def digests(out: Output, found: dict[str, str | None]) -> None:
+    if out.json:
+        out.print_json({"digests": found})
+    else:
+        table(out.out, "nvidia/cuda digests (images/bases.yaml)", ["image", "digest"],
+              [[k, v or "tag not found"] for k, v in found.items()])
+

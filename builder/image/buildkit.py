@@ -1,0 +1,102 @@
+"""Build the image from its context with the Docker Engine's BuildKit (the CLI: the SDK builds
+only with the legacy builder, which has no build secrets), showing the step that runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EnvError, JobFailed
+from ..plan.plan import Plan
+from ..progress import SILENT, Progress
+from .context import Secrets
+from .daemon import cli
+
+_STEP = re.compile(r"^#(\d+) \[(?:[^\]]*?)(\d+)/(\d+)\] (.*)$")
+_STEP_LINE = re.compile(r"^#(\d+) ")
+
+
+def _title(instruction: str) -> str:
+    """A step as a person reads it: mounts and flags dropped, one line, short."""
+    words = [w for w in instruction.split() if not w.startswith("--mount=")]
+    text = " ".join(words)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    seconds: float
+    steps: int
+    cached_steps: int
+
+
+def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
+                 progress: Progress = SILENT, log_path: Path | None = None,
+                 no_cache: bool = False) -> BuildResult:
+    """Run `docker build`; show the current step; on failure raise with that step's log tail."""
+    iid = context / "image-id"
+    args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
+            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
+            "--label", f"io.imgbuild.content-key={plan.content_key}",
+            *secrets.args(), *(["--no-cache"] if no_cache else []), str(context)]
+    d = cli()
+    env = dict(os.environ)
+    if d.buildkit_env:
+        env["DOCKER_BUILDKIT"] = "1"
+    start = time.monotonic()
+    by_step: dict[str, deque[str]] = {}
+    titles: dict[str, str] = {}
+    cached: set[str] = set()
+    total = 0
+    log = open(log_path, "w") if log_path else None
+    try:
+        proc = subprocess.Popen([d.path, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+    except OSError as e:
+        raise EnvError(f"cannot run {d.path}: {e}") from None
+    tail: deque[str] = deque(maxlen=40)
+    with progress.status(f"building {plan.ref()}") as status:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            if log:
+                log.write(line + "\n")
+            m = _STEP.match(line)
+            if m:
+                sid, n, total = m.group(1), int(m.group(2)), int(m.group(3))
+                titles[sid] = f"[{n}/{total}] {_title(m.group(4))}"
+                status(f"building {plan.content_tag}: {titles[sid]}")
+                continue
+            sm = _STEP_LINE.match(line)
+            if sm:
+                sid = sm.group(1)
+                by_step.setdefault(sid, deque(maxlen=30)).append(line)
+                if line.endswith(" CACHED"):
+                    cached.add(sid)
+                elif line.endswith(" DONE") or " DONE " in line:
+                    if sid in titles:
+                        progress.note(f"  done {titles[sid]}"
+                                      f"{' (cached)' if sid in cached else ''}")
+    rc = proc.wait()
+    if log:
+        log.close()
+    secs = time.monotonic() - start
+    if rc != 0:
+        failed = next((sid for sid, lines in by_step.items()
+                       if any(" ERROR" in ln for ln in lines)), None)
+        step_tail = list(by_step.get(failed, tail)) if failed else list(tail)
+        title = titles.get(failed or "", "the build")
+        raise JobFailed(f"docker build failed at {title} (exit code {rc})",
+                        facts=[f"image {plan.ref()} was not tagged"],
+                        hint="the log tail above shows the failing step"
+                             + (f"; full log in {log_path}" if log_path else ""),
+                        log_tail=step_tail)
+    image_id = iid.read_text().strip() if iid.exists() else ""
+    return BuildResult(image_id, secs, len(titles), len(cached & set(titles)))

@@ -1,0 +1,59 @@
+"""One build per content key at a time on a machine; different keys build side by side.
+
+A second `imgbuild` asked for an image that another is building waits for it (and then finds
+the image, so it builds nothing) instead of racing it into the same tags.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import EnvError
+
+
+def lock_dir() -> Path:
+    root = Path(os.environ.get("IMGBUILD_CACHE") or Path.home() / ".cache" / "imgbuild")
+    return root / "build-locks"
+
+
+@contextmanager
+def exclusive(content_key: str, *, wait_s: float = 3600,
+              log: Callable[[str], None] = lambda _message: None,
+              directory: Path | None = None) -> Iterator[bool]:
+    """Hold the lock for content_key; yields whether we had to wait for another holder."""
+    d = directory or lock_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / (content_key.replace(":", "-") + ".lock")
+    with open(path, "a+") as f:
+        waited = False
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited:
+                    f.seek(0)
+                    holder = f.read().strip() or "another process"
+                    log(f"another imgbuild ({holder}) is building this image; waiting for it")
+                    waited = True
+                if time.monotonic() > deadline:
+                    raise EnvError(f"gave up waiting {wait_s:.0f} s for the build of "
+                                   f"{content_key[:19]}… held by another imgbuild",
+                                   hint=f"if no imgbuild runs, remove {path}") from None
+                time.sleep(0.5)
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}")
+        f.flush()
+        try:
+            yield waited
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

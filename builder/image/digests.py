@@ -1,0 +1,82 @@
+"""Pin the catalog's nvidia/cuda tags by digest: ask the registry what each tag names now.
+
+Docker Hub speaks the Distribution API behind a token service; a mirror (any registry that
+holds the same repository path) can stand in with --mirror. The digests land in
+images/bases.yaml (`cuda_images.digests`), where `plan` pins the FROM line with them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import requests
+
+from ..catalog.catalog import Catalog, load_catalog
+from ..errors import EnvError
+from ..fsutil import atomic_write_text
+from ..workspace import Workspace
+from .registry import MANIFEST_TYPES, Repository
+
+HUB = "https://registry-1.docker.io"
+HUB_AUTH = "https://auth.docker.io/token"
+
+
+def _hub_digest(repo: str, tag: str, timeout: float) -> str | None:
+    tok = requests.get(HUB_AUTH, params={"service": "registry.docker.io",
+                                         "scope": f"repository:{repo}:pull"}, timeout=timeout)
+    tok.raise_for_status()
+    r = requests.head(f"{HUB}/v2/{repo}/manifests/{tag}", timeout=timeout, headers={
+        "Accept": MANIFEST_TYPES, "Authorization": f"Bearer {tok.json()['token']}"})
+    return r.headers.get("Docker-Content-Digest") if r.status_code == 200 else None
+
+
+def _mirror_digest(mirror: Repository, repo: str, tag: str, timeout: float) -> str | None:
+    url = f"{mirror.base_url}/v2/{mirror.path}/{repo}/manifests/{tag}"
+    r = requests.head(url, headers={"Accept": MANIFEST_TYPES}, timeout=timeout)
+    return r.headers.get("Docker-Content-Digest") if r.status_code == 200 else None
+
+
+def tags(cat: Catalog) -> list[str]:
+    ci = cat.cuda_images
+    return sorted({t for r in ci.releases for o in r.os for k in ci.kinds
+                   if (t := ci.tag(r.cuda, k, o))})
+
+
+def refresh(cat: Catalog, *, mirror: str | None = None, timeout: float = 15) -> dict[str, str | None]:
+    """{image: digest or None (tag not found)}; EnvError when the registry cannot be reached."""
+    m = Repository.parse(mirror) if mirror else None
+    out: dict[str, str | None] = {}
+    for image in tags(cat):
+        repo, _, tag = image.rpartition(":")
+        try:
+            out[image] = _mirror_digest(m, repo, tag, timeout) if m else \
+                _hub_digest(repo, tag, timeout)
+        except requests.RequestException as e:
+            where = m.host if m else "Docker Hub (registry-1.docker.io)"
+            raise EnvError(f"{where} is unreachable: the digests stay as they are",
+                           facts=[f"{type(e).__name__}: {str(e)[:160]}"],
+                           hint="run it where the registry is reachable, or point --mirror at "
+                                "a registry that mirrors nvidia/cuda") from None
+    return out
+
+
+def write(bases_yaml: Path, digests: dict[str, str | None]) -> None:
+    """Replace the `digests:` block of cuda_images, keeping every other line and comment."""
+    text = bases_yaml.read_text()
+    found = {k: v for k, v in sorted(digests.items()) if v}
+    block = "  digests:" + (" {}\n" if not found else "\n" + "".join(
+        f'    "{k}": "{v}"\n' for k, v in found.items()))
+    new, n = re.subn(r"^  digests:(?: \{\})?\n(?:    .*\n)*", block, text, flags=re.M)
+    if n != 1:
+        raise EnvError(f"{bases_yaml}: found no `digests:` block under cuda_images to update")
+    atomic_write_text(bases_yaml, new)
+
+
+def refresh_catalog(ws: Workspace, *, mirror: str | None = None) -> dict[str, str | None]:
+    """`imgbuild base refresh-digests`: ask, write images/bases.yaml, and read it back (what
+    was written must still load)."""
+    found = refresh(ws.catalog, mirror=mirror)
+    write(ws.images / "bases.yaml", found)
+    load_catalog(ws.images)
+    return found

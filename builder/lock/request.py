@@ -1,0 +1,24 @@
+"""A target's lock request: everything that decides its resolution, from the catalog."""
+
+from __future__ import annotations
+
+from ..catalog.hardware import Base
+from ..catalog.targets import Target
+from .lockfile import LockRequest
+
+
+def uv_platform(cpu_arch: str, glibc: str) -> str:
+    """`x86_64-manylinux_2_36`: the image's platform as uv's --python-platform spells it."""
+    major, minor = glibc.split(".")
+    return f"{cpu_arch}-manylinux_{major}_{minor}"
+
+
+def lock_request(target: Target, base: Base) -> LockRequest:
+    """The target's engine first, then its requirements, for the base's Python and glibc."""
+    return LockRequest(
+        target=target.name, python=target.python or base.python,
+        uv_platform=uv_platform(target.cpu_arch, base.glibc),
+        requirements=(target.engine_requirement,) + target.requirements,
+        overrides=tuple(o.requirement for o in target.overrides),
+        extra_index_urls=tuple(ix.url for ix in target.indexes),
+    )

@@ -1,0 +1,156 @@
+"""Resolving with uv for the image's platform (not the host's): one lock, many in parallel,
+the overrides a lock still needs, and every conflict explained at once."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from ..errors import LockError, ResolveError
+from . import conflicts
+from .lockfile import Lockfile, LockRequest, parse_body, read_lock, write_lock
+from .uv import index_args, uv_bin, uv_env, uv_version
+
+
+def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None = None,
+            upgrade: tuple[str, ...] = (), constraints: tuple[str, ...] = (),
+            index_urls: tuple[str, ...] | None = None) -> str:
+    """Run uv for the target platform; return the hash-pinned body or raise ResolveError.
+
+    prefer: a lock body whose versions uv keeps where they still satisfy the inputs (all but
+    the `upgrade` packages); index_urls: replace the default index (first) and add others.
+    """
+    with tempfile.TemporaryDirectory(prefix="imgbuild-lock-") as td:
+        reqs = Path(td) / "requirements.in"
+        reqs.write_text("\n".join(req.requirements) + "\n")
+        out = Path(td) / "out.txt"
+        if prefer:
+            out.write_text(prefer)
+        cmd = [uv_bin(), "pip", "compile", str(reqs), "--generate-hashes", "--no-header",
+               "--python-version", req.python, "--python-platform", req.uv_platform,
+               "--no-progress", "--quiet", "-o", str(out)]
+        if req.overrides:
+            ov = Path(td) / "overrides.txt"
+            ov.write_text("\n".join(req.overrides) + "\n")
+            cmd += ["--overrides", str(ov)]
+        if constraints:
+            c = Path(td) / "constraints.txt"
+            c.write_text("\n".join(constraints) + "\n")
+            cmd += ["-c", str(c)]
+        for p in upgrade:
+            # --refresh-package: the index page of what we ask about is read again, so a
+            # release the JSON API shows is one uv sees too.
+            cmd += ["--upgrade-package", p, "--refresh-package", p]
+        if index_urls:
+            cmd += ["--default-index", index_urls[0]]
+            for u in index_urls[1:]:
+                cmd += ["--extra-index-url", u]
+        cmd += index_args(req, wheels)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env())
+        if proc.returncode != 0:
+            raise ResolveError(
+                f"no environment satisfies target '{req.target}' on "
+                f"Python {req.python}, {req.uv_platform}",
+                facts=[ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-25:],
+                hint="relax a requirement, or add an override with a reason to "
+                     f"images/{req.target}.yaml")
+        body = out.read_text()
+    # uv annotates with the temp files' paths; keep the annotations, drop the random directory
+    # so that the same inputs give the same bytes.
+    return body.replace(td + "/", "")
+
+
+def ensure_lock(req: LockRequest, lock_dir: Path, wheels: Path | None = None, *,
+                refresh: bool = False) -> tuple[Lockfile, bool]:
+    """The lock for `req`: reused when its inputs match, else resolved and written.
+
+    Returns (lockfile, written).
+    """
+    path = lock_dir / req.filename()
+    if path.exists() and not refresh:
+        lock = read_lock(path)  # a corrupted lock is an error, not silently replaced
+        if lock.inputs_hash == req.inputs_hash():
+            return lock, False
+    body = resolve_explained(req, wheels)
+    return write_lock(path, req, body, uv_version()), True
+
+
+@dataclass(frozen=True)
+class OverrideStatus:
+    requirement: str
+    needed: bool
+    effect: str  # what dropping it would do, in words
+
+
+def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile) -> list[OverrideStatus]:
+    """Resolve without each override in turn: one that changes nothing is removable."""
+    def one(ov: str) -> OverrideStatus:
+        without = LockRequest(req.target, req.python, req.uv_platform, req.requirements,
+                              tuple(o for o in req.overrides if o != ov), req.extra_index_urls)
+        try:
+            body = resolve(without, wheels)
+        except ResolveError as e:
+            name = canonicalize_name(re.split(r"[<>=!~;\[ ]", ov, maxsplit=1)[0])
+            who = [f"{c.source} requires {c.package}{c.spec}"
+                   for c in conflicts.parse_constraints("\n".join(e.facts)) if c.package == name]
+            return OverrideStatus(ov, True, "without it there is no resolution" +
+                                  (f" ({'; '.join(who)})" if who else ""))
+        pins = {p.name: p.version for p in parse_body(body, "resolution without " + ov)}
+        have = {p.name: p.version for p in locked.packages}
+        changed = sorted(n for n in set(pins) | set(have) if pins.get(n) != have.get(n))
+        if not changed:
+            return OverrideStatus(ov, False, "the resolution is the same without it: removable")
+        shown = ", ".join(f"{n} {have.get(n, '-')} → {pins.get(n, '-')}" for n in changed[:4])
+        return OverrideStatus(ov, True, f"without it: {shown}" +
+                              (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(one, req.overrides))
+
+
+def lock_many(reqs: list[LockRequest], lock_dir: Path, wheels: Path | None = None, *,
+              refresh: bool = False, jobs: int = 4) -> list[tuple[Lockfile | None, bool, Exception | None]]:
+    """ensure_lock for independent targets in parallel (uv spends most of its time waiting on
+    the network). Results come back in order; one target's failure does not stop the others."""
+    def one(r: LockRequest):
+        try:
+            lock, written = ensure_lock(r, lock_dir, wheels, refresh=refresh)
+            return lock, written, None
+        except (ResolveError, LockError) as e:
+            return None, False, e
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, reqs))
+
+
+def resolve_explained(req: LockRequest, wheels: Path | None = None) -> str:
+    """resolve(), and when it fails: every conflict at once, with overrides proven to resolve."""
+    try:
+        return resolve(req, wheels)
+    except ResolveError as first:
+        uv_chain = first.facts
+        sentence = conflicts.platform_sentence("\n".join(uv_chain), req.uv_platform)
+        if sentence:
+            raise ResolveError(sentence, facts=uv_chain,
+                               hint="use a base image with a newer glibc (see images/bases.yaml), "
+                                    "or pin an engine version that ships wheels for this "
+                                    "platform") from None
+        found, ok, _ = conflicts.reconcile(req, lambda r: resolve(r, wheels))
+        if not found:
+            raise
+        facts = uv_chain + ["who asks for what:"] + [ln for c in found for ln in c.lines()]
+        if ok:
+            hint = (f"these overrides resolve it (checked with uv); add them to "
+                    f"images/{req.target}.yaml, each with the reason it is safe:\n"
+                    + conflicts.override_yaml(found))
+        else:
+            hint = ("no set of overrides found resolves it; relax a requirement in "
+                    f"images/{req.target}.yaml")
+        raise ResolveError(first.message, facts=facts, hint=hint) from None
+

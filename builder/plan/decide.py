@@ -1,0 +1,84 @@
+"""Making the Plan: from a target, its lock and the options, decide the CUDA, the base, the
+patches and the smoke model; then the labels and the content key (plan/key.py)."""
+
+from __future__ import annotations
+
+from .. import smokemodel
+from ..catalog.models import ModelProfile
+from ..errors import InputError
+from ..lock.lockfile import Lockfile
+from ..lock.resolve import ensure_lock
+from ..workspace import Workspace
+from . import patchset
+from .key import finalize
+from .plan import Plan
+from .select import select
+
+
+def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
+              repository: str = "imgbuild", resolve: bool = True,
+              archs: tuple[str, ...] | None = None, flavor: str | None = None,
+              forced: bool = False) -> Plan:
+    """Compute the Plan. Resolves (and writes) the lock only when it is missing or stale;
+    resolve=False takes the committed lock as it is (CI plans what the repository pins).
+
+    archs / flavor override the target's (`--arch`, `--flavor`); the lock does not depend on
+    either, only the CUDA base and the labels do.
+    """
+    cat = ws.catalog
+    ref = ws.target(target_name)
+    target = ref.target
+    model = model or target.default_model
+    profile: ModelProfile | None = cat.model(model) if model else None
+    base = cat.base(target.os)
+    archs = tuple(dict.fromkeys(archs)) if archs else target.archs
+    flavor = flavor or target.flavor
+    python = target.python or base.python
+    if python != base.python and not base.python_packages:
+        raise InputError(
+            f"target '{target.name}' asks for Python {python}, but base '{base.key}' has "
+            f"only Python {base.python}",
+            facts=[f"{target.path}: python: '{python}'",
+                   f"images/bases.yaml: {base.key}: python: '{base.python}'"],
+            hint=f"drop `python:` from {target.path} or pick a base with Python {python}")
+    req = ref.request
+    lock = ensure_lock(req, ws.lockfiles, ws.wheels)[0] if resolve else ref.lock()
+    sel = select(cat, target, archs=archs, flavor=flavor, lock=lock, model=profile)
+    serve_flags: tuple[str, ...] = ()
+    if profile is not None:
+        serve_flags = profile.engine_flags.get(target.engine, ())
+    known = ws.patches
+    draft = Plan(
+        target=target.name, description=target.description, engine=target.engine,
+        engine_version=target.engine_version, model=model,
+        model_name=profile.name if profile else None,
+        checkpoint=profile.checkpoint if profile else None,
+        model_size_gb=profile.size_gb if profile else None,
+        tensor_parallel=profile.tensor_parallel if profile else None, serve_flags=serve_flags,
+        archs=archs, cpu_arch=target.cpu_arch, cuda=sel.cuda, min_driver=sel.min_driver,
+        selection=sel.reasoning, base=base.key, base_image=sel.base_image, base_os=base.name,
+        flavor=flavor, python=python, python_packages=base.python_packages,
+        platform_tag=f"{base.manylinux}_{target.cpu_arch}", uv_platform=req.uv_platform,
+        lock_path=ref.display, lock_hash=lock.digest, lock_inputs=lock.inputs_hash,
+        lock_packages=len(lock.packages),
+        heavy_packages=tuple(f"{p.name}=={p.version}" for p in lock.packages if p.heavy),
+        overrides=target.overrides, patches=target.patches,
+        applied_patches=patchset.expected_applied(target.patches, lock, known)
+        if target.patches else (),
+        patch_digest=_patch_digest(target.patches, lock, known),
+        # Patches images/patches/ knows for the locked versions, listed by the target or not:
+        # the smoke test fails an image that lacks one (an affected release without its fix).
+        needed_patches=patchset.expected_applied(tuple(known), lock, known),
+        extra_index_urls=req.extra_index_urls, smoke_model=target.smoke_model,
+        smoke_model_key=smokemodel.spec_for(cat.model(target.smoke_model)).key()
+        if target.smoke_model else None,
+        repository=repository, forced=forced,
+    )
+    return finalize(draft, lock)
+
+
+def _patch_digest(ids: tuple[str, ...], lock: Lockfile, known: dict) -> str | None:
+    if not ids:
+        return None
+    files = patchset.context_files(ids, lock, known)
+    return patchset.context_digest(files) if files else None

@@ -1,0 +1,42 @@
+"""The content key: one hash over everything that decides an image's bytes, computed here and
+nowhere else. Same inputs, same key, same content tag: an image is never built twice."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+from ..lock.lockfile import Lockfile
+from . import render
+from .labels import labels
+from .plan import Plan
+
+PLAN_FORMAT = 1
+
+
+def key_document(plan: Plan, lock: Lockfile) -> dict:
+    """What the key hashes (`plan` already carries its labels)."""
+    return {
+        "format": PLAN_FORMAT,
+        "dockerfile": render.dockerfile(plan),
+        # Context files that land in layers, by content. Wheels are covered by the lock's
+        # hashes and uv by nothing: it runs at build time and leaves no bytes in the image.
+        "lock": lock.body_hash,
+        "payload": render.payload_digest(),
+        "entrypoint": render.entrypoint_sh(),
+        "facts": render.image_facts(plan),
+        "smoke_model": plan.smoke_model_key,
+        "patches": plan.patch_digest,
+    }
+
+
+def finalize(draft: Plan, lock: Lockfile) -> Plan:
+    """Attach labels, the content key and the tags."""
+    with_labels = replace(draft, labels=tuple(sorted(labels(draft).items())))
+    key = hashlib.sha256(json.dumps(key_document(with_labels, lock),
+                                    sort_keys=True).encode()).hexdigest()
+    stem = draft.target + (f"-{draft.model}" if draft.model else "")
+    tags = (stem, f"{stem}-{draft.engine}{draft.engine_version}")
+    return replace(with_labels, content_key=f"sha256:{key}", content_tag=f"{stem}-{key[:16]}",
+                   tags=tags)

@@ -1,0 +1,74 @@
+"""The Plan: one immutable value computed from the spec and the options.
+
+Everything downstream (render, build, smoke, publish) reads the Plan and nothing else; its
+content key (plan/key.py) hashes everything that determines the image's bytes, so the same
+inputs always give the same content tag and an image is never built twice. plan/decide.py
+makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..catalog.targets import Override
+
+
+@dataclass(frozen=True)
+class Plan:
+    target: str
+    description: str
+    engine: str
+    engine_version: str
+    model: str | None
+    model_name: str | None
+    checkpoint: str | None
+    model_size_gb: float | None
+    tensor_parallel: int | None
+    serve_flags: tuple[str, ...]
+    archs: tuple[str, ...]
+    cpu_arch: str
+    cuda: str | None
+    min_driver: str | None
+    selection: tuple[str, ...]  # why this CUDA and base: the reasoning `plan` shows
+    base: str  # the OS key in images/bases.yaml
+    base_image: str
+    base_os: str
+    flavor: str
+    python: str
+    python_packages: tuple[str, ...]
+    platform_tag: str  # manylinux_2_36_x86_64: what wheels the image can take
+    uv_platform: str  # the same, as uv's --python-platform spells it
+    lock_path: str
+    lock_hash: str
+    lock_inputs: str
+    lock_packages: int
+    heavy_packages: tuple[str, ...]
+    overrides: tuple[Override, ...]
+    patches: tuple[str, ...]  # what the target lists
+    applied_patches: tuple[str, ...]  # those that cover the locked version: the patch layer
+    needed_patches: tuple[str, ...]  # every known patch that covers a locked version
+    patch_digest: str | None  # the patch layer's files, by content (None: no patch layer)
+    extra_index_urls: tuple[str, ...]
+    smoke_model: str | None
+    smoke_model_key: str | None
+    repository: str
+    forced: bool = False  # --force: moving tags move even if the smoke test fails
+    content_key: str = ""
+    content_tag: str = ""
+    tags: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    def ref(self, tag: str | None = None) -> str:
+        return f"{self.repository}:{tag or self.content_tag}"
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """Every tag the image gets: the content tag first, then the moving ones."""
+        return (self.ref(),) + tuple(self.ref(t) for t in self.tags)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["overrides"] = [asdict(o) for o in self.overrides]
+        d["labels"] = dict(self.labels)
+        d["refs"] = list(self.refs)
+        return d

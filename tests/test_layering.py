@@ -1,0 +1,240 @@
+"""The package's shape holds: every module imports alone, there are no import cycles, and each
+stage package imports only the stages below it (pip-tools' tests/test_circular_imports.py is
+the model). The graph is read from the source with `ast` (what a module imports when it is
+loaded; `if TYPE_CHECKING:` blocks are not run, so they do not count)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+PKG = ROOT / "builder"
+
+# Which part of builder/ may import which. A part is a top-level module or package. Read as:
+# the pipeline is catalog → lock → workspace → plan / checks → image → pipeline / ci → cli;
+# errors, fsutil, progress and the payload are shared by all; the payload imports nothing.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "fsutil": set(),
+    "progress": set(),
+    "payload": set(),
+    "catalog": {"errors", "fsutil", "payload"},
+    "lock": {"errors", "fsutil", "catalog"},
+    "workspace": {"errors", "catalog", "lock"},
+    "smokemodel": {"errors", "payload", "catalog"},
+    "plan": {"errors", "fsutil", "payload", "catalog", "lock", "workspace", "smokemodel"},
+    "checks": {"errors", "fsutil", "payload", "catalog", "lock", "workspace", "smokemodel"},
+    "image": {"errors", "fsutil", "progress", "payload", "catalog", "lock", "workspace", "plan"},
+    "pipeline": {"errors", "fsutil", "progress", "payload", "catalog", "lock", "workspace",
+                 "smokemodel", "plan", "checks", "image"},
+    "ci": {"errors", "fsutil", "progress", "catalog", "lock", "workspace", "smokemodel", "plan",
+           "image"},
+    "cli": {"errors", "fsutil", "progress", "payload", "catalog", "lock", "workspace",
+            "smokemodel", "plan", "checks", "image", "pipeline", "ci"},
+}
+# Third-party libraries a part may use at import time. The terminal belongs to the CLI, the
+# Docker Engine to image/; everything else reports through values and builder.progress.
+THIRD_PARTY_ONLY_IN = {
+    "rich": {"cli"},
+    "docker": {"image"},
+    "requests": {"lock", "image", "ci"},
+}
+STDLIB = set(sys.stdlib_module_names)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path, *, top_level_only: bool) -> list[tuple[str, int]]:
+    """(module imported, line) for what `name` imports when loaded; with top_level_only, the
+    imports inside functions are left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                continue
+            if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = here[:len(here) - (child.level - 1)]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                out.append((mod, child.lineno))
+                # `from . import x` imports the submodule x
+                for a in child.names:
+                    if f"{mod}.{a.name}" in MODULES:
+                        out.append((f"{mod}.{a.name}", child.lineno))
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def part(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def internal_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for mod, _ in _imports(name, path, top_level_only=True):
+            while mod and mod not in MODULES:
+                mod = mod.rpartition(".")[0]
+            if mod and mod != name and mod != "builder":
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def test_every_module_imports_alone():
+    """Each module in a fresh interpreter: an import that only works after another module was
+    loaded first (the symptom of a cycle or of import-order coupling) fails here."""
+    names = [n for n in MODULES if not n.endswith("__main__")]
+
+    def load(name: str) -> tuple[str, int, str]:
+        r = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        return name, r.returncode, r.stderr.strip().splitlines()[-1:] and r.stderr[-500:]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failed = [(n, err) for n, rc, err in pool.map(load, names) if rc != 0]
+    assert not failed, failed
+    assert len(names) > 40  # the walk found the package
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(internal_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    # The test above can fail: a two-module cycle, as plan ↔ patches ↔ render once was.
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    bad = []
+    for name, path in MODULES.items():
+        if name == "builder":
+            continue
+        src = part(name)
+        assert src in ALLOWED, f"{name}: builder/{src} is not in the layering table"
+        for mod, line in _imports(name, path, top_level_only=False):
+            if mod.startswith("builder."):  # `from .. import x` also lists builder.x itself
+                dst = part(mod)
+                if dst != src and dst not in ALLOWED[src]:
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {src} imports {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_terminal_docker_and_http_stay_in_their_parts():
+    bad = []
+    for name, path in MODULES.items():
+        for mod, line in _imports(name, path, top_level_only=False):
+            top = mod.split(".")[0]
+            if top in THIRD_PARTY_ONLY_IN and part(name) not in THIRD_PARTY_ONLY_IN[top]:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_imports_live_at_the_top_of_modules():
+    """Imports inside functions are kept for what is not a dependency of imgbuild (torch and
+    the smoke-model tooling, the hub client, the uv package) and for the payload, which runs
+    in images that may lack them; builder's own modules and its dependencies are imported at
+    the top. The CLI's dispatch (builder/cli/main.py) is the one place that loads lazily."""
+    deps = {"yaml", "packaging", "rich", "requests", "docker"}
+    bad = []
+    for name, path in MODULES.items():
+        if part(name) == "payload":
+            continue
+        top = {m for m, _ in _imports(name, path, top_level_only=True)}
+        for mod, line in _imports(name, path, top_level_only=False):
+            if mod in top:
+                continue
+            root = mod.split(".")[0]
+            if name == "builder.cli.main" and mod == "builder.cli.console":
+                continue
+            if root == "builder" or root in deps or root in STDLIB:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {mod}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", ["builder.plan.key", "builder.plan.decide",
+                                    "builder.pipeline.plan", "builder.cli.commands.plan"])
+def test_planning_loads_no_terminal_or_docker(module):
+    """Hashing a Plan needs neither rich nor the Docker SDK (it once imported rich)."""
+    code = (f"import sys, {module}; bad = [m for m in ('docker',) + "
+            f"(('rich',) if 'cli' not in '{module}' else ()) if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
