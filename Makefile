@@ -19,7 +19,7 @@ endif
 
 IMGBUILD := .venv/bin/imgbuild
 
-.PHONY: setup services venv demo test test-slow dev-lock lint clean
+.PHONY: setup services venv demo test test-slow dev-lock lint clean golden
 setup: services venv
 
 services:
@@ -53,3 +53,8 @@ test-slow: setup
 
 clean:
 	rm -rf .venv .pytest_cache
+
+# Record every shipped target's content tag (tests/golden/content-tags.json), after a change
+# meant to give new tags; the tests fail on any other change of a tag.
+golden: venv
+	.venv/bin/python -m tests.golden --write

@@ -90,3 +90,33 @@ def ws() -> Workspace:
 def ws_copy(images_copy) -> Workspace:
     """A Workspace on the scratch copy of images/ and lockfiles/."""
     return Workspace(images_copy, images_copy.parent / "lockfiles")
+
+
+@pytest.fixture(scope="session")
+def plain_install(tmp_path_factory) -> Path:
+    """imgbuild installed as users install it: `pip install .` into a fresh venv (no dev
+    tools, no torch), not editable."""
+    tmp = tmp_path_factory.mktemp("plain")
+    venv, src = tmp / "venv", tmp / "src"
+    # The project as an sdist holds it (setuptools writes build/ beside the sources it builds).
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "builder", src / "builder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("skipped: uv is not installed (make setup installs it)")
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True,
+                   env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
+    cmd = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(src)]
+    r = subprocess.run([*cmd, "--offline"], capture_output=True, text=True)  # uv's cache first
+    if r.returncode != 0:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        pytest.skip(f"skipped: imgbuild's dependencies cannot be installed here: {r.stderr[-300:]}")
+    site = subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "import builder, sys; print(builder.__file__)"],
+                          capture_output=True, text=True, cwd="/").stdout.strip()
+    assert site and not site.startswith(str(ROOT)), site  # the copy in site-packages
+    return venv

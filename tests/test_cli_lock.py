@@ -19,6 +19,7 @@ def fake_images(tmp_path):
     for data in ("bases.yaml", "gpus.yaml", "cuda.yaml"):
         shutil.copy(ROOT / "images" / data, images)
     shutil.copy(ROOT / "images" / "models" / "tiny-nvfp4.yaml", images / "models")
+    shutil.copytree(ROOT / "images" / "generators", images / "generators")
     (images / "fake.yaml").write_text(
         "engine: {name: sglang, version: '0.5.23'}\narchs: [sm100]\nos: debian-bookworm\n"
         "requirements: [ctensors]\n")

@@ -50,8 +50,11 @@ def test_first_build_builds_smokes_and_pushes(built, registry_repo):
 def test_labels_on_the_image(built, docker_client):
     img = docker_client.images.get(built["content_tag"])
     labels = img.labels
-    lock = next((ROOT / "lockfiles").glob("tiny-cpu.*.txt")).read_text()
-    assert labels["io.imgbuild.lock.hash"] in lock  # the body hash recorded in the header
+    from builder.lock.lockfile import read_lock
+
+    lock = read_lock(next((ROOT / "lockfiles").glob("tiny-cpu.*.txt")))
+    assert labels["io.imgbuild.lock.hash"] == lock.digest  # its pins and hashes
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")  # the rootfs
     assert labels["io.imgbuild.archs"] == "cpu"
     assert labels["io.imgbuild.content-key"].startswith("sha256:")
     assert labels["org.opencontainers.image.title"] == "imgbuild tiny-cpu"
@@ -155,8 +158,9 @@ def test_build_secrets_are_in_no_layer(base_image, images_copy, registry_repo, d
 def test_failing_step_shows_its_log_tail_and_tags_nothing(base_image, images_copy, registry_repo,
                                                           docker_client):
     bases = (images_copy / "bases.yaml").read_text().replace(
-        "      include: [python3]\n",
-        "      include: [python3]\n    python_packages: [no-such-package-imgbuild]\n")
+        '    python: "3.11"\n    bootstrap:\n',
+        '    python: "3.11"\n    python_packages: [no-such-package-imgbuild]\n    bootstrap:\n')
+    assert "no-such-package-imgbuild" in bases
     (images_copy / "bases.yaml").write_text(bases)
     r = run_imgbuild("tiny-cpu", "--images", str(images_copy), "--registry", registry_repo)
     assert r.returncode == 1, r.stderr

@@ -52,6 +52,7 @@ def catalog(tmp_path, upstream):
     for name in ("bases.yaml", "gpus.yaml", "cuda.yaml"):
         shutil.copy(ROOT / "images" / name, images / name)
     shutil.copytree(ROOT / "images" / "models", images / "models")
+    shutil.copytree(ROOT / "images" / "generators", images / "generators")
     (images / "t.yaml").write_text(SPEC)
     ws = Workspace(images, tmp_path / "lockfiles")
     lock, written = ensure_lock(ws.target("t").request, ws.lockfiles)

@@ -74,8 +74,11 @@ def test_content_key_changes_with_what_decides_the_bytes(cat):
     assert plan(cat, "sglang-hopper").content_key != plan(cat, "sglang-hopper", model="k2.6").content_key
     assert plan(cat, "sglang-blackwell", model="tiny-nvfp4").content_key != base.content_key
     lock = WS.target(base.target).lock()
-    other_lock = dataclasses.replace(lock, body_hash="sha256:" + "0" * 64)
+    other_lock = dataclasses.replace(lock, packages=lock.packages[1:])  # one pin fewer
     assert finalize(base, other_lock).content_key != base.content_key
+    comments = dataclasses.replace(lock, body=lock.body.replace("# via", "#  via"),
+                                   body_hash="sha256:" + "0" * 64)
+    assert finalize(base, comments).content_key == base.content_key  # not what is installed
     other_base = dataclasses.replace(base, base_image="nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04")
     assert finalize(other_base, lock).content_key != base.content_key
 

@@ -69,7 +69,9 @@ def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
         assert labels["io.imgbuild.driver-min"] == floor
         assert labels["io.imgbuild.flavor"] == p.flavor
         if p.flavor == "devel":
-            assert p.base_image == cat.cuda_images.tag(cuda, "cudnn-devel", p.base)
+            tag = cat.cuda_images.tag(cuda, "cudnn-devel", p.base)
+            assert p.base_image.split("@")[0] == tag  # pinned by digest where one is recorded
+            assert p.base_digest == cat.cuda_images.digests.get(tag)
         else:
             assert p.base_image == cat.base(p.base).image
 
@@ -79,7 +81,8 @@ def test_blackwell_reasoning_reads_like_the_issue(cat):
     assert p.selection == (
         "sm100 needs CUDA ≥ 12.8", "sm120 needs CUDA ≥ 12.8",
         "torch 2.14.1 on PyPI is built for CUDA 13.0",
-        "→ nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04 (devel: nvcc for FlashInfer/DeepGEMM JIT)",
+        "→ nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:c2621d98e7de80c2aec5eb8403b19c67454c"
+        "8f5b0c929e8588fd3563c9b6558d (devel: nvcc for FlashInfer/DeepGEMM JIT)",
         "driver ≥ 580.65.06 (CUDA 13.0)")
 
 

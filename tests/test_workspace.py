@@ -187,36 +187,6 @@ def test_every_command_sees_the_copy_from_another_directory(copy, tmp_path):
     _exercise([sys.executable, "-m", "builder.cli"], copy, tmp_path)
 
 
-@pytest.fixture(scope="session")
-def plain_install(tmp_path_factory) -> Path:
-    """imgbuild installed as users install it: `pip install .` into a fresh venv (no dev
-    tools, no torch), not editable."""
-    tmp = tmp_path_factory.mktemp("plain")
-    venv, src = tmp / "venv", tmp / "src"
-    # The project as an sdist holds it (setuptools writes build/ beside the sources it builds).
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "builder", src / "builder",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    uv = shutil.which("uv")
-    if uv is None:
-        pytest.skip("skipped: uv is not installed (make setup installs it)")
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True,
-                   env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
-    cmd = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(src)]
-    r = subprocess.run([*cmd, "--offline"], capture_output=True, text=True)  # uv's cache first
-    if r.returncode != 0:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        pytest.skip(f"skipped: imgbuild's dependencies cannot be installed here: {r.stderr[-300:]}")
-    site = subprocess.run([str(venv / "bin" / "python"), "-c",
-                           "import builder, sys; print(builder.__file__)"],
-                          capture_output=True, text=True, cwd="/").stdout.strip()
-    assert site and not site.startswith(str(ROOT)), site  # the copy in site-packages
-    return venv
-
-
 def test_a_plain_install_works_on_every_command_from_another_directory(plain_install, copy,
                                                                        tmp_path):
     _exercise([str(plain_install / "bin" / "imgbuild")], copy, tmp_path)

@@ -69,7 +69,10 @@ def free_port() -> int:
 class LocalIndex:
     """pypiserver on loopback serving a directory; packages can be added while it runs."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, fallback: bool = False):
+        """fallback: packages the directory lacks are redirected to PyPI (so one index serves
+        a project's real dependencies and the test's own packages)."""
+        self.fallback = fallback
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -82,7 +85,8 @@ class LocalIndex:
     def start(self) -> LocalIndex:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pypiserver", "run", "-p", str(self.port), "-i", "127.0.0.1",
-             "-a", ".", "-P", ".", "--disable-fallback", "--hash-algo", "sha256", str(self.root)],
+             "-a", ".", "-P", ".", *([] if self.fallback else ["--disable-fallback"]),
+             "--hash-algo", "sha256", str(self.root)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

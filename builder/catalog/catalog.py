@@ -37,11 +37,17 @@ class Catalog:
     torch: tuple[TorchBuild, ...] = ()
     gpus: tuple[Gpu, ...] = ()
     archs: dict[str, ArchInfo] = field(default_factory=dict, hash=False)
+    # Images imgbuild itself runs (images/generators/): locked and built like targets, but
+    # not CI jobs of their own.
+    generators: dict[str, Target] = field(default_factory=dict, hash=False)
 
     def target(self, name: str) -> Target:
-        if name not in self.targets:
-            raise unknown("target", name, self.targets)
-        return self.targets[name]
+        """A target, or a generator (they are locked, planned and built the same way)."""
+        if name in self.targets:
+            return self.targets[name]
+        if name in self.generators:
+            return self.generators[name]
+        raise unknown("target", name, self.targets)
 
     def model(self, alias: str) -> ModelProfile:
         if alias not in self.models:
@@ -70,10 +76,10 @@ def load_catalog(root: Path) -> Catalog:
     models = {}
     for p in sorted((root / "models").glob("*.yaml")):
         models[p.stem] = parse_model(p.stem, read_yaml(p, root), rel(p, root))
-    targets = {}
-    for p in sorted(root.glob("*.yaml")):
-        if p.name in DATA_FILES:
-            continue
+    targets: dict[str, Target] = {}
+    generators: dict[str, Target] = {}
+    files = [p for p in sorted(root.glob("*.yaml")) if p.name not in DATA_FILES]
+    for p in files + sorted((root / "generators").glob("*.yaml")):
         t = parse_target(p.stem, read_yaml(p, root), rel(p, root))
         if t.os not in bases:
             close = difflib.get_close_matches(t.os, list(bases), n=1)
@@ -87,7 +93,17 @@ def load_catalog(root: Path) -> Catalog:
             if ref is not None and ref not in models:
                 raise SpecError(t.path, k, "a model profile under images/models/: "
                                 + ", ".join(sorted(models)), ref)
-        targets[p.stem] = t
+        if p.parent.name == "generators":
+            if p.stem in targets:
+                raise SpecError(t.path, "", f"a name no target has ({p.stem}.yaml is a target "
+                                "too)")
+            generators[p.stem] = t
+        else:
+            targets[p.stem] = t
+    for m in models.values():
+        if m.generated and m.generator_image not in generators:
+            raise SpecError(m.path, "generator.image", "a generator under images/generators/: "
+                            + (", ".join(sorted(generators)) or "(none)"), m.generator_image)
     return Catalog(root=root, targets=targets, models=models, bases=bases,
                    cuda_images=cuda_images, cuda=cuda, base_archs=base_archs, torch=torch,
-                   gpus=gpus, archs=archs)
+                   gpus=gpus, archs=archs, generators=generators)

@@ -25,9 +25,11 @@ class ModelProfile:
     gpus: str | None = None
     architecture: str | None = None
     engine_flags: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # Made by builder/smokemodel.py rather than downloaded: its scheme and seed.
+    # Made by the generator (builder/payload/smokegen.py in its image) rather than
+    # downloaded: its scheme and seed.
     generator_scheme: str | None = None
     generator_seed: int = 0
+    generator_image: str = "smoke-model"  # the generator under images/generators/ that makes it
     activations: str | None = None  # what the quantized layers compute in: fp4 (w4a4), fp8, bf16
 
     @property
@@ -63,7 +65,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
             raise SpecError(path, flags_doc.key(str(eng)), "an engine name: " + ", ".join(ENGINES), eng)
         flags[eng] = flags_doc.str_list(eng)
     gen = doc.sub("generator", doc.get("generator", dict, {}))
-    gen.reject_unknown({"scheme", "seed"})
+    gen.reject_unknown({"scheme", "seed", "image"})
     return ModelProfile(
         alias=alias, path=path, name=doc.get("name", str), checkpoint=doc.get("checkpoint", str),
         size_gb=size, quant_method=q.get("method", str, None),
@@ -72,5 +74,6 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
         tensor_parallel=tp, gpus=doc.get("gpus", str, None),
         architecture=doc.get("architecture", str, None), engine_flags=flags,
         generator_scheme=gen.get("scheme", str, None), generator_seed=gen.get("seed", int, 0),
+        generator_image=gen.get("image", str, "smoke-model"),
     )
 

@@ -38,9 +38,10 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import smokemodel
 from ..errors import ImgbuildError, InputError
+from ..image import daemon, registry
 from ..image.context import index_flags, local_wheels, prepare_context
+from ..pipeline.smokemodel import smoke_model
 from ..plan import render
 from ..plan.decide import make_plan
 from ..plan.labels import LABEL_NS
@@ -275,7 +276,8 @@ def _plan(j: Job) -> Plan:
     return j.plan
 
 
-def write_contexts(job_list: list[Job], ws: Workspace, dest: Path) -> dict[str, Path]:
+def write_contexts(job_list: list[Job], ws: Workspace, dest: Path, *,
+                   repository: str = "imgbuild") -> dict[str, Path]:
     """Assemble each job's build context under dest/<job name>, as `imgbuild build` does.
 
     The smoke checkpoint is made (or read from the cache) first: it lands in the image.
@@ -285,7 +287,9 @@ def write_contexts(job_list: list[Job], ws: Workspace, dest: Path) -> dict[str, 
         plan = _plan(j)
         smoke_dir = None
         if plan.smoke_model:
-            smoke_dir = smokemodel.ensure(smokemodel.spec_for(ws.catalog.model(plan.smoke_model)))
+            # By its recipe key: the cache, the registry, or the pinned generator image.
+            smoke_dir = smoke_model(ws, plan.smoke_model, plan.smoke_model_key, daemon.client(),
+                                    registry.repository(repository, False))
         ctx = dest / j.name
         if ctx.exists():
             shutil.rmtree(ctx)
@@ -389,6 +393,6 @@ def document(ws: Workspace, fmt: str, *, changed_since: str | None = None,
         return github(job_list)
     if fmt == "bake":
         if contexts is not None:
-            write_contexts(job_list, ws, contexts)
+            write_contexts(job_list, ws, contexts, repository=repository)
         return bake(job_list, ws)
     return {"jobs": [j.to_dict() for j in job_list]}

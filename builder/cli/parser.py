@@ -13,6 +13,7 @@ COMMANDS = {
     "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
+    "smoke-model": "smoke_model",
 }
 
 
@@ -115,6 +116,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("doctor", parents=[common],
                        help="match a server log or traceback against known failures")
     s.add_argument("log", metavar="LOGFILE|-")
+    s = sub.add_parser("smoke-model", parents=[common],
+                       help="a generated smoke checkpoint, by its recipe key: from the cache, "
+                            "the registry, or made by its pinned generator image")
+    s.add_argument("alias", metavar="MODEL", help="a generated model profile, e.g. tiny-nvfp4")
+    s.add_argument("--registry", help="fetch it from (and with --push, store it in) this "
+                                      "repository, e.g. 127.0.0.1:5000/imgbuild")
+    s.add_argument("--push", action="store_true")
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],
@@ -122,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--base", default="debian-bookworm")
     b.add_argument("--registry")
     b.add_argument("--rebuild", action="store_true")
+    b.add_argument("--record", action="store_true",
+                   help="make it anew and write its rootfs digest into images/bases.yaml (when "
+                        "Debian's mirror moved since it was recorded)")
     b = bsub.add_parser("refresh-digests", parents=[common],
                         help="pin the catalog's nvidia/cuda tags by digest (needs the registry)")
     b.add_argument("--mirror", help="a registry that mirrors nvidia/cuda, e.g. 127.0.0.1:5000/hub")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -10,14 +12,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from docker.errors import APIError, ImageNotFound, NotFound
+from docker.errors import APIError, NotFound
 
 from ..catalog.hardware import Base
 from ..errors import EnvError, InputError, JobFailed
+from ..fsutil import atomic_write_text
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
 from . import daemon
-from .daemon import run_cli
 from .registry import Repository, check_reachable, manifest_digest, push
 
 
@@ -29,6 +31,11 @@ class BaseResult:
     size_bytes: int
     built: bool
     pushed: tuple[str, ...] = ()
+    rootfs: str | None = None  # the filesystem's digest (what the recipe records)
+
+
+# Every file's mtime in a bootstrapped base, unless its recipe says otherwise (2023-11-14).
+DEFAULT_EPOCH = 1700000000
 
 
 def registry_tag(base: Base) -> str:
@@ -36,8 +43,34 @@ def registry_tag(base: Base) -> str:
     return "base-" + base.image.split(":", 1)[1]
 
 
+def rootfs_of(img) -> str | None:
+    """The digest of a one-layer image's filesystem (its layer's diff_id): what a bootstrapped
+    base's recipe records and the content key covers."""
+    layers = (img.attrs.get("RootFS") or {}).get("Layers") or []
+    return layers[0] if len(layers) == 1 else None
+
+
+def _check_rootfs(img, base: Base, where: str) -> None:
+    want = (base.bootstrap or {}).get("rootfs")
+    got = rootfs_of(img)
+    if want and got != want:
+        raise EnvError(
+            f"base image {base.image} {where} is not the one images/bases.yaml records",
+            facts=[f"its filesystem is {got}", f"the recipe records {want}",
+                   "content tags name the recorded base, so an image built on this one would "
+                   "carry a tag that says otherwise"],
+            hint="`imgbuild base bootstrap --rebuild` makes it again from the recipe; if Debian's "
+                 "mirror has moved since it was recorded, `--record` writes the new digest into "
+                 "images/bases.yaml (every slim target gets a new content tag)")
+
+
 def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild: bool = False,
-              progress: Progress = SILENT) -> BaseResult:
+              record: Path | None = None, progress: Progress = SILENT) -> BaseResult:
+    """The base made from its recipe here (or reused: local, else pulled from `registry`),
+    checked against the rootfs digest the recipe records, and pushed to `registry`.
+
+    record: images/bases.yaml, to write the digest of a base made here into it (a new recipe
+    state: Debian's mirror moved) instead of refusing it."""
     if not base.bootstrap:
         raise InputError(f"base '{base.key}' ({base.image}) is pulled, not bootstrapped",
                          hint="users pull it with `docker pull`; only bases with a `bootstrap:` "
@@ -46,15 +79,33 @@ def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild
         check_reachable(registry)
     start = time.monotonic()
     built = False
-    try:
-        img = None if rebuild else client.images.get(base.image)
-    except ImageNotFound:
-        img = None
+    img = None if rebuild else daemon.local_image(client, base.image)
+    if img is not None and record is None:
+        _check_rootfs(img, base, "on this machine")
     if img is None and registry and not rebuild:
         img = _pull_from(client, base, registry, progress)
+        if img is not None:
+            _check_rootfs(img, base, f"in {registry.name}")
     if img is None:
-        img = _debootstrap_import(client, base, progress)
+        img, rootfs = _debootstrap_import(client, base, progress)
         built = True
+        want = base.bootstrap.get("rootfs")
+        if record is not None and rootfs != want:
+            record_rootfs(record, base.key, rootfs)
+            progress.note(f"recorded {base.key}'s rootfs {rootfs} in {record}")
+        elif want and rootfs != want:
+            client.images.remove(base.image)  # no tag may name a base the recipe does not
+            raise JobFailed(
+                f"the base made from {base.key}'s recipe is not the one images/bases.yaml "
+                "records",
+                facts=[f"made here: {rootfs}", f"recorded:  {want}",
+                       f"the recipe installs {base.bootstrap['suite']} from "
+                       f"{base.bootstrap.get('mirror', 'deb.debian.org')}, which moves with "
+                       "each Debian point release"],
+                hint="if the mirror moved, `imgbuild base bootstrap --record` writes the new "
+                     "digest into images/bases.yaml (commit it: every slim target gets a new "
+                     "content tag); or pull the recorded base from a registry that holds it "
+                     "(`--registry`)")
     pushed: tuple[str, ...] = ()
     if registry:
         ref = f"{registry.name}:{registry_tag(base)}"
@@ -62,7 +113,7 @@ def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild
         digest = push(client, ref)
         pushed = (f"{ref}@{digest}",)
     return BaseResult(base.image, img.id, time.monotonic() - start, img.attrs.get("Size", 0),
-                      built, pushed)
+                      built, pushed, rootfs_of(img))
 
 
 def _pull_from(client, base: Base, registry: Repository, progress: Progress = SILENT):
@@ -79,23 +130,41 @@ def _pull_from(client, base: Base, registry: Repository, progress: Progress = SI
 
 
 def ensure_local(client, base: Base, registry: Repository | None) -> None:
-    """Make the base available to the builder: local already, or pulled from the registry."""
-    try:
-        client.images.get(base.image)
+    """Make the base available to the builder: local already, or pulled from the registry; a
+    bootstrapped base must be the one its recipe records."""
+    img = daemon.local_image(client, base.image)
+    if img is not None:
+        _check_rootfs(img, base, "on this machine")
         return
-    except ImageNotFound:
-        pass
     if base.bootstrap:
-        if registry and _pull_from(client, base, registry) is not None:
+        if registry and (img := _pull_from(client, base, registry)) is not None:
+            _check_rootfs(img, base, f"in {registry.name}")
             return
         raise EnvError(f"base image {base.image} is not here",
                        facts=[f"base '{base.key}' is made by `imgbuild base bootstrap`"],
                        hint="run `imgbuild base bootstrap"
                             + (f" --registry {registry.name}`" if registry else "`"))
-    # Pulled bases (nvidia/cuda) come from their registry like any FROM.
+    # Pulled bases (nvidia/cuda) come from their registry like any FROM, by digest.
 
 
-def _debootstrap_import(client, base: Base, progress: Progress):
+def _normalize(root: Path) -> None:
+    """What debootstrap leaves that depends on the machine or the moment, not the packages:
+    apt's downloads and lists, logs, ldconfig's cache, and the build host's name and resolver
+    (Docker mounts its own over both at run time)."""
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "var/log", "var/cache/apt"):
+        for p in (root / sub).glob("*"):
+            if p.is_file() or p.is_symlink():
+                p.unlink()
+    (root / "var/cache/ldconfig/aux-cache").unlink(missing_ok=True)
+    (root / "etc/hostname").write_text("localhost\n")
+    (root / "etc/resolv.conf").write_text("")
+
+
+def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object, str]:
+    """debootstrap the recipe, normalize, tar reproducibly (sorted names, one mtime, numeric
+    owners) and `docker import` it. Returns the image and the tar's digest, which is the
+    imported layer's diff_id: the same recipe on the same mirror state gives the same digest
+    on any machine."""
     recipe = base.bootstrap or {}
     exe = shutil.which("debootstrap")
     if not exe:
@@ -103,6 +172,7 @@ def _debootstrap_import(client, base: Base, progress: Progress):
                        hint="as root: `apt-get install -y debootstrap` (or `make setup`)")
     if os.geteuid() != 0:
         raise EnvError("debootstrap needs root", hint="run `imgbuild base bootstrap` as root")
+    epoch = str(recipe.get("source_date_epoch", DEFAULT_EPOCH))
     with tempfile.TemporaryDirectory(prefix="imgbuild-base-") as td:
         root = Path(td) / "rootfs"
         cmd = [exe, f"--variant={recipe.get('variant', 'minbase')}"]
@@ -110,30 +180,55 @@ def _debootstrap_import(client, base: Base, progress: Progress):
             cmd.append("--include=" + ",".join(recipe["include"]))
         cmd += [recipe["suite"], str(root), recipe.get("mirror", "http://deb.debian.org/debian")]
         progress.note(f"debootstrap {recipe['suite']} ({recipe.get('variant', 'minbase')}, "
-            f"+{','.join(recipe.get('include', []))}) ...")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+                      f"+{','.join(recipe.get('include', []))}) ...")
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env=dict(os.environ, SOURCE_DATE_EPOCH=epoch))
         if proc.returncode != 0:
-            raise JobFailed("debootstrap failed", log_tail=(proc.stdout + proc.stderr).splitlines()[-20:],
+            raise JobFailed("debootstrap failed",
+                            log_tail=(proc.stdout + proc.stderr).splitlines()[-20:],
                             hint="check that Debian's mirror is reachable")
-        # What debootstrap leaves for apt's own use is no part of a base image.
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "var/log"):
-            for p in (root / sub).glob("*"):
-                if p.is_file():
-                    p.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
+        _normalize(root)
+        tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
+                                "--numeric-owner", "--format=gnu", "-c", "."],
                                stdout=subprocess.PIPE)
-        assert tar.stdout is not None
-        imp = run_cli(["import", "--change", 'CMD ["/bin/bash"]', "-", base.image],
-                      stdin=tar.stdout, capture_output=True, text=True)
-        tar.stdout.close()
-        tar.wait()
-        if imp.returncode != 0:
-            raise JobFailed("docker import failed", log_tail=imp.stderr.splitlines()[-10:])
-    return client.images.get(base.image)
+        imp = subprocess.Popen(daemon.cli_command(["import", "--change", 'CMD ["/bin/bash"]',
+                                                   "-", base.image]),
+                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+        assert tar.stdout is not None and imp.stdin is not None
+        h = hashlib.sha256()
+        for chunk in iter(lambda: tar.stdout.read(1 << 20), b""):
+            h.update(chunk)
+            imp.stdin.write(chunk)
+        imp.stdin.close()
+        err = imp.stderr.read() if imp.stderr else b""
+        imp.wait()
+        if tar.wait() != 0 or imp.returncode != 0:
+            raise JobFailed("docker import failed",
+                            log_tail=err.decode(errors="replace").splitlines()[-10:])
+    img = client.images.get(base.image)
+    rootfs = "sha256:" + h.hexdigest()
+    if rootfs_of(img) != rootfs:
+        raise JobFailed(f"docker import stored {rootfs_of(img)}, not the tar it was given "
+                        f"({rootfs})", hint="report this: the Engine changed the layer")
+    return img, rootfs
+
+
+def record_rootfs(bases_yaml: Path, key: str, rootfs: str) -> None:
+    """Write `rootfs: DIGEST` into os.<key>.bootstrap of images/bases.yaml, keeping every other
+    line and comment."""
+    text = bases_yaml.read_text()
+    m = re.search(rf"^  {re.escape(key)}:\n(?:    .*\n|\s*#.*\n|\n)*?    bootstrap:\n"
+                  r"((?:      .*\n)*)", text, re.M)
+    if m is None:
+        raise InputError(f"{bases_yaml}: no os.{key}.bootstrap block to record the rootfs in")
+    block = m.group(1)
+    new_block = re.sub(r"^      rootfs: .*\n", "", block, flags=re.M) + f"      rootfs: {rootfs}\n"
+    atomic_write_text(bases_yaml, text[:m.start(1)] + new_block + text[m.end(1):])
 
 
 def bootstrap_base(ws: Workspace, key: str, *, registry: str | None = None, rebuild: bool = False,
-                   progress: Progress = SILENT) -> BaseResult:
+                   record: bool = False, progress: Progress = SILENT) -> BaseResult:
     """`imgbuild base bootstrap`: the catalog's base `key`, made here (or reused), and pushed
     to `registry` when one is named."""
     bases = ws.catalog.bases
@@ -144,4 +239,5 @@ def bootstrap_base(ws: Workspace, key: str, *, registry: str | None = None, rebu
         raise InputError(f"--registry {registry} names no registry host",
                          hint="e.g. --registry 127.0.0.1:5000/imgbuild")
     client = daemon.client()
-    return bootstrap(client, bases[key], registry=repo, rebuild=rebuild, progress=progress)
+    return bootstrap(client, bases[key], registry=repo, rebuild=rebuild or record,
+                     record=ws.images / "bases.yaml" if record else None, progress=progress)

@@ -81,3 +81,8 @@ def local_image(client, ref: str):
         return client.images.get(ref)
     except docker.errors.ImageNotFound:
         return None
+
+
+def cli_command(args: list[str]) -> list[str]:
+    """The docker client's command line for `args` (for a Popen the caller streams into)."""
+    return [cli().path, *args]

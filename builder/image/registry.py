@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import requests
 from docker.errors import APIError, NotFound
 
-from ..errors import EnvError, JobFailed
+from ..errors import EnvError, InputError, JobFailed
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -45,6 +45,17 @@ class Repository:
             pass
         # Docker itself talks plain HTTP to loopback registries; so do we.
         return f"{'http' if plain else 'https'}://{self.host}"
+
+
+def repository(name: str | None, push: bool) -> Repository:
+    """The repository tags are for; pushing needs one with a registry host."""
+    repo = Repository.parse(name or "imgbuild")
+    if push and repo.host is None:
+        raise InputError("--push needs a registry",
+                         facts=[f"repository '{repo.name}' names no registry host"],
+                         hint="pass --registry HOST[:PORT]/REPO, e.g. "
+                              "--registry 127.0.0.1:5000/imgbuild")
+    return repo
 
 
 def manifest_digest(repo: Repository, tag: str, timeout: float = 10) -> str | None:
@@ -144,6 +155,79 @@ def _put_blob(repo: Repository, data: bytes) -> str:
     except requests.RequestException as e:
         raise unreachable(repo, e) from None
     return digest
+
+
+def _get_blob(repo: Repository, digest: str) -> bytes:
+    """A blob, checked against its digest (a registry or proxy that serves other bytes fails)."""
+    try:
+        b = requests.get(f"{repo.base_url}/v2/{repo.path}/blobs/{digest}", timeout=60)
+        b.raise_for_status()
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None
+    got = "sha256:" + hashlib.sha256(b.content).hexdigest()
+    if got != digest:
+        raise JobFailed(f"registry {repo.host} served blob {digest[:19]}… with other bytes",
+                        facts=[f"asked for {digest}", f"got       {got}"],
+                        hint="the registry or a proxy in between changed the content; "
+                             "nothing was used")
+    return b.content
+
+
+def push_artifact(repo: Repository, tag: str, artifact_type: str, config: dict,
+                  layer: bytes, layer_type: str, annotations: dict[str, str] | None = None,
+                  subject: str | None = None) -> str:
+    """Store an OCI artifact (a JSON config and one layer) under `tag`; return its manifest
+    digest. subject: the digest of the image manifest it refers to, if any."""
+    body = json.dumps(config, indent=2, sort_keys=True).encode()
+    manifest = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+        "config": {"mediaType": artifact_type, "digest": _put_blob(repo, body),
+                   "size": len(body)},
+        "layers": [{"mediaType": layer_type, "digest": _put_blob(repo, layer),
+                    "size": len(layer)}],
+    }
+    if subject:
+        manifest["subject"] = {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                               "digest": subject}
+    if annotations:
+        manifest["annotations"] = annotations
+    data = json.dumps(manifest).encode()
+    try:
+        r = requests.put(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}", data=data,
+                         headers={"Content-Type": OCI_MANIFEST}, timeout=30)
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None
+    if r.status_code not in (200, 201):
+        raise JobFailed(f"registry {repo.host} refused {tag} ({r.status_code})",
+                        facts=[r.text[:300]])
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def fetch_artifact(repo: Repository, tag: str,
+                   artifact_type: str) -> tuple[str, dict, bytes] | None:
+    """(manifest digest, config, layer) of the artifact under `tag`, every part checked against
+    its digest; None when the registry has no such tag (or it is another kind of artifact)."""
+    if repo.host is None:
+        return None
+    try:
+        m = requests.get(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
+                         headers={"Accept": OCI_MANIFEST}, timeout=10)
+    except requests.RequestException as e:
+        raise unreachable(repo, e) from None
+    if m.status_code == 404:
+        return None
+    if m.status_code != 200:
+        raise EnvError(f"registry {repo.host} answered {m.status_code} for {tag}")
+    digest = "sha256:" + hashlib.sha256(m.content).hexdigest()
+    header = m.headers.get("Docker-Content-Digest")
+    if header and header != digest:
+        raise JobFailed(f"registry {repo.host} served manifest {tag} with other bytes than its "
+                        f"digest {header}", hint="nothing was used")
+    doc = m.json()
+    if doc.get("artifactType") != artifact_type or len(doc.get("layers") or []) != 1:
+        return None
+    config = json.loads(_get_blob(repo, doc["config"]["digest"]))
+    return digest, config, _get_blob(repo, doc["layers"][0]["digest"])
 
 
 def push_report(repo: Repository, image_digest: str, report: dict) -> str:

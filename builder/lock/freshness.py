@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ResolveError
-from .lockfile import LockRequest, read_lock
+from .lockfile import LockRequest, parse_body, pins_digest, read_lock
 from .resolve import resolve, resolve_explained
 
 
@@ -34,4 +34,7 @@ def freshness(req: LockRequest, path: Path, wheels: Path | None = None) -> Fresh
         current.splitlines(), body.splitlines(), f"{path.name} (committed)",
         f"{path.name} (resolved now)", lineterm="", n=0)
         if d.startswith(("---", "+++")) or (d[:1] in "+-" and "==" in d)]
-    return Freshness(body != current, tuple(diff))
+    # Only what gets installed counts: `# via` annotations that differ are no drift.
+    stale = not current or pins_digest(parse_body(body, "resolution")) != \
+        pins_digest(parse_body(current, str(path)))
+    return Freshness(stale, tuple(diff))

@@ -68,8 +68,9 @@ class Lockfile:
 
     @property
     def digest(self) -> str:
-        """What identifies the locked environment: the body, not where the file lies."""
-        return self.body_hash
+        """What identifies the locked environment: every pin and its hashes, in order. Not
+        where the file lies, nor uv's `# via` annotations (which say how, not what)."""
+        return pins_digest(self.packages)
 
     def package(self, name: str) -> LockedPackage | None:
         n = canonicalize_name(name)
@@ -79,6 +80,13 @@ class Lockfile:
         """The lock as a requirements file for `uv pip install --require-hashes --no-deps`."""
         pkgs = [p for p in self.packages if heavy is None or p.heavy == heavy]
         return "".join(p.line() + "\n" for p in pkgs)
+
+
+def pins_digest(packages: tuple[LockedPackage, ...]) -> str:
+    """sha256 over name==version and hashes, one package a line: the same environment gives the
+    same digest whatever the lock's comments say."""
+    return "sha256:" + hashlib.sha256(
+        "".join(p.line() + "\n" for p in packages).encode()).hexdigest()
 
 
 # --- parsing -----------------------------------------------------------------------------

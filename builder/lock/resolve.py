@@ -26,23 +26,22 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
     prefer: a lock body whose versions uv keeps where they still satisfy the inputs (all but
     the `upgrade` packages); index_urls: replace the default index (first) and add others.
     """
+    # uv runs in the scratch directory and is given its files by relative name: the lock's
+    # `# via -r requirements.in` annotations then read the same from any working directory.
     with tempfile.TemporaryDirectory(prefix="imgbuild-lock-") as td:
-        reqs = Path(td) / "requirements.in"
-        reqs.write_text("\n".join(req.requirements) + "\n")
+        (Path(td) / "requirements.in").write_text("\n".join(req.requirements) + "\n")
         out = Path(td) / "out.txt"
         if prefer:
             out.write_text(prefer)
-        cmd = [uv_bin(), "pip", "compile", str(reqs), "--generate-hashes", "--no-header",
+        cmd = [uv_bin(), "pip", "compile", "requirements.in", "--generate-hashes", "--no-header",
                "--python-version", req.python, "--python-platform", req.uv_platform,
-               "--no-progress", "--quiet", "-o", str(out)]
+               "--no-progress", "--quiet", "-o", "out.txt"]
         if req.overrides:
-            ov = Path(td) / "overrides.txt"
-            ov.write_text("\n".join(req.overrides) + "\n")
-            cmd += ["--overrides", str(ov)]
+            (Path(td) / "overrides.txt").write_text("\n".join(req.overrides) + "\n")
+            cmd += ["--overrides", "overrides.txt"]
         if constraints:
-            c = Path(td) / "constraints.txt"
-            c.write_text("\n".join(constraints) + "\n")
-            cmd += ["-c", str(c)]
+            (Path(td) / "constraints.txt").write_text("\n".join(constraints) + "\n")
+            cmd += ["-c", "constraints.txt"]
         for p in upgrade:
             # --refresh-package: the index page of what we ask about is read again, so a
             # release the JSON API shows is one uv sees too.
@@ -52,7 +51,7 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
             for u in index_urls[1:]:
                 cmd += ["--extra-index-url", u]
         cmd += index_args(req, wheels)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env(), cwd=td)
         if proc.returncode != 0:
             raise ResolveError(
                 f"no environment satisfies target '{req.target}' on "
@@ -60,10 +59,7 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
                 facts=[ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-25:],
                 hint="relax a requirement, or add an override with a reason to "
                      f"images/{req.target}.yaml")
-        body = out.read_text()
-    # uv annotates with the temp files' paths; keep the annotations, drop the random directory
-    # so that the same inputs give the same bytes.
-    return body.replace(td + "/", "")
+        return out.read_text()
 
 
 def ensure_lock(req: LockRequest, lock_dir: Path, wheels: Path | None = None, *,

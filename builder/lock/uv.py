@@ -55,7 +55,7 @@ def index_args(req: LockRequest, wheels: Path | None) -> list[str]:
     """Index flags shared by resolve and install, so both see the same candidates."""
     args: list[str] = []
     if wheels is not None:
-        args += ["--find-links", str(wheels)]
+        args += ["--find-links", str(Path(wheels).absolute())]  # uv runs in a scratch dir
     for url in req.extra_index_urls:
         if wheels is None:
             args += ["--extra-index-url", url]

@@ -2,7 +2,7 @@
 
 Stdlib only: it runs on the image's own interpreter (Debian and Ubuntu bases have no
 `patch` binary, and nothing but the venv is guaranteed). The host imports the same module
-(`builder/patches.py`) to check patches against a locked wheel in a scratch directory, so
+(`builder/checks/patches.py`) to check patches against a locked wheel in a scratch directory, so
 the build and `imgbuild patches TARGET --check` decide with one implementation.
 
 A patch set is a directory of `<id>.json` files, rendered from `images/patches/<id>.yaml`:

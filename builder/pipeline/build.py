@@ -9,30 +9,20 @@ image it finds by content tag).
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from .. import smokemodel
 from ..checks import drift
 from ..checks.deps import check_deps
-from ..errors import InputError, JobFailed
-from ..image import base as base_image
+from ..errors import JobFailed
 from ..image import buildlock, daemon, registry, smoke
-from ..image.buildkit import BuildResult, docker_build
-from ..image.context import Secrets, index_flags, prepare_context
-from ..lock.lockfile import Lockfile
 from ..plan.decide import make_plan
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
-
-T = TypeVar("T")
+from .obtain import Built, obtain
+from .smokemodel import publish_smoke_model, smoke_model
 
 
 @dataclass(frozen=True)
@@ -50,17 +40,6 @@ class BuildOptions:
     force: bool = False  # move the moving tags even if the smoke test fails
     no_cache: bool = False
     log_dir: Path | None = None
-
-
-@dataclass(frozen=True)
-class Built:
-    """The image for the plan's content tag, and how it was had."""
-
-    action: str  # built | local | pulled
-    image_id: str
-    size_bytes: int
-    build: BuildResult | None = None
-    registry_digest: str | None = None  # when pulled: the digest the registry holds
 
 
 @dataclass(frozen=True)
@@ -106,20 +85,9 @@ class Outcome:
         }
 
 
-def repository(name: str | None, push: bool) -> registry.Repository:
-    """The repository tags are for; pushing needs one with a registry host."""
-    repo = registry.Repository.parse(name or "imgbuild")
-    if push and repo.host is None:
-        raise InputError("--push needs a registry",
-                         facts=[f"repository '{repo.name}' names no registry host"],
-                         hint="pass --registry HOST[:PORT]/REPO, e.g. "
-                              "--registry 127.0.0.1:5000/imgbuild")
-    return repo
-
-
 def build_target(ws: Workspace, opts: BuildOptions, progress: Progress = SILENT) -> Outcome:
     start = time.monotonic()
-    repo = repository(opts.registry, opts.push)
+    repo = registry.repository(opts.registry, opts.push)
     plan = make_plan(ws, opts.target, model=opts.model, repository=repo.name, archs=opts.archs,
                      flavor=opts.flavor, forced=opts.force)
     lock = ws.target(plan.target).lock()
@@ -132,61 +100,17 @@ def build_target(ws: Workspace, opts: BuildOptions, progress: Progress = SILENT)
     registry.check_reachable(repo)
     with buildlock.exclusive(plan.content_key, log=progress.note):
         built = obtain(ws, plan, lock, client, repo, rebuild=opts.rebuild,
+                       smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
+                                                     client, repo, progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir, progress=progress)
+        if opts.push and plan.smoke_model:
+            # Other machines fetch the checkpoint by its recipe key instead of generating it.
+            publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
+                                progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      progress=progress)
         published = publish(plan, gated, client, repo, push=opts.push, progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
-
-
-def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository, *,
-           rebuild: bool = False, no_cache: bool = False, log_dir: Path | None = None,
-           progress: Progress = SILENT) -> Built:
-    """The image for the content tag: already here, in the registry (pulled), or built."""
-    if not rebuild:
-        if (img := daemon.local_image(client, plan.ref())) is not None:
-            progress.note(f"{plan.ref()} is already here: nothing to build")
-            return Built("local", img.id, img.attrs.get("Size", 0))
-        if repo.host and (digest := registry.manifest_digest(repo, plan.content_tag)):
-            registry.pull(client, plan.ref())
-            img = client.images.get(plan.ref())
-            progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
-            return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
-    result = build_image(ws, plan, lock, client, repo, no_cache=no_cache, log_dir=log_dir,
-                         progress=progress)
-    img = client.images.get(plan.ref())
-    return Built("built", img.id, img.attrs.get("Size", 0), result)
-
-
-def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
-                *, no_cache: bool = False, log_dir: Path | None = None,
-                progress: Progress = SILENT) -> BuildResult:
-    """Base, smoke checkpoint, context, `docker build`: tags the content tag on success only."""
-    os_base = ws.catalog.base(plan.base)
-    if plan.base_image == os_base.image:  # a devel image's nvidia/cuda base is pulled as usual
-        base_image.ensure_local(client, os_base, repo if repo.host else None)
-    smoke_dir = None
-    if plan.smoke_model:
-        spec = smokemodel.spec_for(ws.catalog.model(plan.smoke_model))
-        smoke_dir = _quietly(lambda: smokemodel.ensure(spec), progress,
-                             f"smoke model {plan.smoke_model} ({plan.smoke_model_key[:12]})")
-    with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
-        ctx = Path(td)
-        carried = prepare_context(plan, lock, ctx, wheels=ws.wheels, smoke_model_dir=smoke_dir,
-                                  patches=ws.patches)
-        flags = index_flags(plan, bool(carried))
-        log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
-        try:
-            return docker_build(plan, ctx, secrets=Secrets.from_host(), flags=flags,
-                                progress=progress, log_path=log_path, no_cache=no_cache)
-        except JobFailed as e:
-            unreachable = [u for u in plan.extra_index_urls
-                           if any(f"Failed to fetch: {u}" in ln for ln in e.log_tail)]
-            if unreachable and not carried:
-                e.hint = (f"{unreachable[0]} is out of reach from the build; a local "
-                          "directory holding the same wheels can stand in for it: "
-                          "--wheels DIR (or IMGBUILD_WHEELS)")
-            raise
 
 
 def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smoke: bool = True,
@@ -249,28 +173,3 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
             if push:
                 pushed.append(f"{plan.ref(t)}@{registry.push(client, plan.ref(t))}")
     return Published(tuple(pushed), tuple(moved), report_ref)
-
-
-def _quietly(fn: Callable[[], T], progress: Progress, what: str) -> T:
-    """Run fn with its stdout/stderr (llmcompressor's progress bars) sent to a log file."""
-    with tempfile.NamedTemporaryFile("w+", prefix="imgbuild-smokegen-", suffix=".log",
-                                     delete=False) as f:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = os.dup(1), os.dup(2)
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-        t0 = time.monotonic()
-        try:
-            return fn()
-        except Exception as e:
-            raise JobFailed(f"could not make {what}", facts=[f"{type(e).__name__}: {e}"],
-                            hint=f"its output is in {f.name}") from None
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            progress.note(f"{what}: ready in {time.monotonic() - t0:.1f} s")

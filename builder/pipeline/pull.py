@@ -9,7 +9,6 @@ from ..image import daemon, registry
 from ..plan.decide import make_plan
 from ..plan.plan import Plan
 from ..workspace import Workspace
-from .build import repository
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name:
                 archs: tuple[str, ...] | None = None, flavor: str | None = None) -> PullOutcome:
     """Pull by content tag; the pulled digest must be the registry's. The moving tags are set
     locally only when the registry stores a passing (or forced) smoke report for it."""
-    repo = repository(registry_name, True)
+    repo = registry.repository(registry_name, True)
     client = daemon.client()
     registry.check_reachable(repo)
     plan = make_plan(ws, target, model=model, repository=repo.name, archs=archs, flavor=flavor)

@@ -3,8 +3,13 @@ patches and the smoke model; then the labels and the content key (plan/key.py)."
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import asdict
+
 from .. import smokemodel
 from ..catalog.models import ModelProfile
+from ..catalog.targets import Target
 from ..errors import InputError
 from ..lock.lockfile import Lockfile
 from ..lock.resolve import ensure_lock
@@ -70,11 +75,40 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         # the smoke test fails an image that lacks one (an affected release without its fix).
         needed_patches=patchset.expected_applied(tuple(known), lock, known),
         extra_index_urls=req.extra_index_urls, smoke_model=target.smoke_model,
-        smoke_model_key=smokemodel.spec_for(cat.model(target.smoke_model)).key()
+        smoke_model_key=smoke_model_key(ws, target.smoke_model, resolve=resolve)
         if target.smoke_model else None,
+        base_digest=_base_digest(cat, base, sel.base_image),
+        spec_digest=spec_digest(target),
         repository=repository, forced=forced,
     )
     return finalize(draft, lock)
+
+
+def spec_digest(target: Target) -> str:
+    """The target's spec as read (comments and key order gone), by content. Where the file lies
+    is not part of it."""
+    doc = asdict(target)
+    doc.pop("path")
+    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def smoke_model_key(ws: Workspace, alias: str, *, resolve: bool = True) -> str:
+    """A generated model's recipe key: its spec, and the generator image that runs it (by that
+    image's own Plan's content key)."""
+    profile = ws.catalog.model(alias)
+    spec = smokemodel.spec_for(profile)
+    generator = make_plan(ws, profile.generator_image, resolve=resolve)
+    return smokemodel.recipe_key(spec, generator.content_key)
+
+
+def _base_digest(cat, base, image: str) -> str | None:
+    """What the FROM line's bytes are: the manifest digest a pulled base is pinned by, or the
+    rootfs digest a bootstrapped base's recipe records. None: only a tag (not pinned)."""
+    if "@" in image:
+        return image.rsplit("@", 1)[1]
+    if image == base.image and base.bootstrap:
+        return base.bootstrap.get("rootfs")
+    return None
 
 
 def _patch_digest(ids: tuple[str, ...], lock: Lockfile, known: dict) -> str | None:

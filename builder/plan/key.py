@@ -12,22 +12,30 @@ from . import render
 from .labels import labels
 from .plan import Plan
 
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 
 
 def key_document(plan: Plan, lock: Lockfile) -> dict:
-    """What the key hashes (`plan` already carries its labels)."""
+    """What the key hashes: declared inputs only (`plan` already carries its labels).
+
+    The target's spec, the lock (its pins and hashes: not where it lies, not uv's comments),
+    the patch layer's files, the payload, the base by digest, the smoke model's recipe, and the
+    Dockerfile rendered from them. Nothing of the machine imgbuild runs on: no path, no
+    environment variable, no installed package, no credential.
+    """
     return {
         "format": PLAN_FORMAT,
+        "spec": plan.spec_digest,
         "dockerfile": render.dockerfile(plan),
         # Context files that land in layers, by content. Wheels are covered by the lock's
         # hashes and uv by nothing: it runs at build time and leaves no bytes in the image.
-        "lock": lock.body_hash,
+        "lock": lock.digest,
         "payload": render.payload_digest(),
         "entrypoint": render.entrypoint_sh(),
         "facts": render.image_facts(plan),
         "smoke_model": plan.smoke_model_key,
         "patches": plan.patch_digest,
+        "base": {"image": plan.base_image, "digest": plan.base_digest},
     }
 
 

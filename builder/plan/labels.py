@@ -27,6 +27,7 @@ def labels(draft: Plan) -> dict[str, str]:
         "org.opencontainers.image.title": f"imgbuild {draft.target}",
         "org.opencontainers.image.description": draft.description[:200],
         "org.opencontainers.image.base.name": draft.base_image,
+        "org.opencontainers.image.base.digest": draft.base_digest or "none",
         "org.opencontainers.image.vendor": "imgbuild",
         f"{LABEL_NS}.target": draft.target,
         f"{LABEL_NS}.engine": f"{draft.engine}=={draft.engine_version}",

@@ -32,6 +32,8 @@ class Plan:
     selection: tuple[str, ...]  # why this CUDA and base: the reasoning `plan` shows
     base: str  # the OS key in images/bases.yaml
     base_image: str
+    base_digest: str | None  # manifest digest, or a bootstrapped base's rootfs (None: a tag)
+    spec_digest: str  # the target's spec, normalized (plan/decide.py)
     base_os: str
     flavor: str
     python: str

@@ -154,7 +154,8 @@ def select(cat: Catalog, target: Target, *, archs: tuple[str, ...], flavor: str,
         digest = cat.cuda_images.digests.get(image)
         if digest:
             image = f"{image}@{digest}"
-        why.append(f"→ {image} (devel: nvcc for FlashInfer/DeepGEMM JIT)")
+        why.append(f"→ {image} (devel: nvcc for FlashInfer/DeepGEMM JIT)"
+                   + ("" if digest else "; not pinned by digest: `imgbuild base refresh-digests`"))
     else:
         image = os_base.image
         why.append(f"→ {image} (slim: CUDA {cuda} libraries from the torch wheels only)")

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import smokemodel
-from ...catalog.catalog import Catalog
 from ...catalog.engines import EngineTable
 from ...errors import InputError
 from ...lock import wheels
+from ...plan.decide import smoke_model_key
 from ...workspace import Workspace
 from .behaviour import Behaviour
 from .checkpoint import Checkpoint, load_checkpoint
@@ -62,13 +62,22 @@ class Report:
                 "exit_code": self.exit_code}
 
 
-def resolve_checkpoint(path_or_alias: str, catalog: Catalog | None) -> Checkpoint:
-    """A path or repo id, or a model alias from images/models/ (generated ones are made)."""
+def resolve_checkpoint(path_or_alias: str, ws: Workspace | None) -> Checkpoint:
+    """A path or repo id, or a model alias from images/models/ (a generated one from the cache,
+    where a build or `imgbuild smoke-model ALIAS` put it)."""
     p = Path(path_or_alias).expanduser()
-    if not p.exists() and catalog is not None and path_or_alias in catalog.models:
-        prof = catalog.model(path_or_alias)
+    if not p.exists() and ws is not None and path_or_alias in ws.catalog.models:
+        prof = ws.catalog.model(path_or_alias)
         if prof.generated:
-            return load_checkpoint(smokemodel.ensure(smokemodel.spec_for(prof)))
+            spec = smokemodel.spec_for(prof)
+            key = smoke_model_key(ws, prof.alias, resolve=False)
+            path = smokemodel.cache_path(spec, key=key)
+            if not smokemodel.is_complete(path, spec, key):
+                raise InputError(f"smoke model {prof.alias} is not in this machine's cache",
+                                 facts=[f"looked for {path}"],
+                                 hint=f"`imgbuild smoke-model {prof.alias}` fetches or makes it "
+                                      "(--registry R to fetch it from there)")
+            return load_checkpoint(path)
         return load_checkpoint(prof.checkpoint)
     return load_checkpoint(path_or_alias)
 
@@ -81,7 +90,7 @@ def check_model(ws: Workspace, path_or_alias: str, target_name: str,
     ref = ws.target(target_name)
     target = ref.target
     table = engines or ws.engines
-    ckpt = resolve_checkpoint(path_or_alias, ws.catalog)
+    ckpt = resolve_checkpoint(path_or_alias, ws)
     lock = ref.lock() if ref.has_lock else None
     ct = lock.package("compressed-tensors") if lock is not None else None
     ana = analyze(ckpt, target=target, catalog=ws.catalog, lock=lock, engines=table,

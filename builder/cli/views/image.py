@@ -89,7 +89,7 @@ def preflight(out: Output, result: Preflight) -> None:
 def base(out: Output, key: str, res: BaseResult) -> None:
     doc = {"image": res.image, "image_id": res.image_id, "built": res.built,
            "seconds": round(res.seconds, 1), "size_bytes": res.size_bytes,
-           "pushed": list(res.pushed)}
+           "rootfs": res.rootfs, "pushed": list(res.pushed)}
     if out.json:
         out.print_json(doc)
     else:
@@ -103,3 +103,14 @@ def digests(out: Output, found: dict[str, str | None]) -> None:
         table(out.out, "nvidia/cuda digests (images/bases.yaml)", ["image", "digest"],
               [[k, v or "tag not found"] for k, v in found.items()])
 
+
+
+def smoke_model(out: Output, doc: dict) -> None:
+    if out.json:
+        out.print_json(doc)
+    else:
+        kv(out.out, f"smoke model {doc['model']}",
+           [("path", doc["path"]), ("key", doc["key"] or ""),
+            ("files", f"{doc['files']} ({doc['bytes'] / 1e6:.2f} MB)"),
+            ("made with", ", ".join(f"{k} {v}" for k, v in (doc["versions"] or {}).items())),
+            ("pushed", doc["pushed"] or "no")])

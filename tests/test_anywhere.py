@@ -1,0 +1,113 @@
+"""An image pushed from one install is found by any other: the content key comes from declared
+inputs only, the smoke model is an artifact fetched by its recipe key (or made by the pinned
+generator image), and the base is the one its recipe records. Real Engine, real registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builder.payload import smoke as payload
+
+from . import golden
+from .conftest import ROOT, WHEELS
+
+pytestmark = pytest.mark.docker
+
+
+def imgbuild(binary: list[str], *args: str, cwd: Path, home: Path, cache: Path,
+             extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMGBUILD_")}
+    env |= {"HOME": str(home), "IMGBUILD_CACHE": str(cache), "UV_PYTHON_DOWNLOADS": "never",
+            "HF_HUB_OFFLINE": "1"} | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
+    env |= extra or {}
+    return subprocess.run([*binary, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=1800)
+
+
+@pytest.fixture()
+def registry_repo(docker_client) -> str:
+    """A repository of this test's own: nothing another test pushed is found in it."""
+    from .conftest import REGISTRY_HOST, registry_available
+
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    return f"{REGISTRY_HOST}/imgbuild-anywhere-{uuid.uuid4().hex[:8]}"
+
+
+def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_install, registry_repo,
+                                                                      tmp_path):
+    dev = [sys.executable, "-m", "builder.cli"]
+    cache = tmp_path / "cache"  # an empty cache: the smoke model is made by its generator
+    r = imgbuild(dev, "tiny-cpu", "--push", "--registry", registry_repo, "--json", cwd=ROOT,
+                 home=Path.home(), cache=cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    built = json.loads(r.stdout)
+    assert built["content_tag"] == f"{registry_repo}:{golden.recorded()['tiny-cpu']}"
+    pushed = built["pushed"][0].split("@")[1]
+    # Another user: a plain install (no torch), another directory, another HOME and cache.
+    elsewhere, home = tmp_path / "elsewhere", tmp_path / "home"
+    elsewhere.mkdir()
+    home.mkdir()
+    loc = ["--images", str(ROOT / "images"), "--lockfiles", str(ROOT / "lockfiles")]
+    r = imgbuild([str(plain_install / "bin" / "imgbuild")], "pull", "tiny-cpu", "--registry",
+                 registry_repo, *loc, "--json", cwd=elsewhere, home=home, cache=home / "cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    pulled = json.loads(r.stdout)
+    assert pulled["digest"] == pulled["registry_digest"] == pushed
+    assert pulled["smoke_report"]["ok"] is True
+    # The smoke model went to the registry with the image: a plain install that must build
+    # fetches it by its recipe key instead of making it.
+    r = imgbuild([str(plain_install / "bin" / "imgbuild")], "smoke-model", "tiny-nvfp4",
+                 "--registry", registry_repo, *loc, cwd=elsewhere, home=home,
+                 cache=home / "cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fetched from" in r.stderr and "made by the generator" not in r.stderr
+
+
+def test_the_generator_makes_the_same_bytes_twice(tmp_path):
+    """Regeneration in the pinned generator image is byte-identical, so the recipe key alone
+    names the checkpoint (README: content key)."""
+    dev = [sys.executable, "-m", "builder.cli"]
+    manifests = []
+    for n in (1, 2):
+        r = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", cwd=ROOT, home=Path.home(),
+                     cache=tmp_path / f"cache{n}")
+        assert r.returncode == 0, r.stderr[-3000:]
+        path = Path(json.loads(r.stdout)["path"])
+        ref = json.loads((path / payload.REFERENCE_DIR / payload.REFERENCE_JSON).read_text())
+        manifests.append((ref["files"], payload.file_manifest(path)))
+        assert ref["versions"]["torch"] == "2.13.0+cpu"  # the generator's lock, not the host's
+    assert manifests[0] == manifests[1]
+
+
+def test_a_base_that_is_not_the_recorded_one_is_refused(images_copy, tmp_path):
+    bases = images_copy / "bases.yaml"
+    bases.write_text(re.sub(r"rootfs: sha256:\w+", "rootfs: sha256:" + "0" * 64,
+                            bases.read_text()))
+    r = imgbuild([sys.executable, "-m", "builder.cli"], "tiny-cpu", "--images", str(images_copy),
+                 "--registry", "imgbuild-refused", cwd=tmp_path, home=Path.home(),
+                 cache=Path(os.environ.get("IMGBUILD_CACHE") or
+                            Path.home() / ".cache" / "imgbuild"))
+    assert r.returncode == 3, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())  # the terminal width wraps lines
+    assert "is not the one images/bases.yaml records" in said
+    assert "--rebuild" in said and "Traceback" not in said
+
+
+@pytest.mark.slow
+def test_bootstrap_is_reproducible(docker_client):
+    """debootstrap twice (a minute each): the same rootfs digest, the one the recipe records."""
+    from builder.image import base
+    from builder.workspace import Workspace
+
+    b = Workspace(ROOT / "images", ROOT / "lockfiles").catalog.base("debian-bookworm")
+    got = {base.bootstrap(docker_client, b, rebuild=True).rootfs for _ in range(2)}
+    assert got == {b.bootstrap["rootfs"]}

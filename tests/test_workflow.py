@@ -1,0 +1,326 @@
+"""The CI workflow runs: its `matrix`, `build` and `outdated` jobs, as written in
+.github/workflows/images.yml, executed step by step in a fresh clone with only what the workflow
+installs, against the local registry and a local index.
+
+What GitHub provides is stood in for at its boundary only:
+- `run:` steps run as GitHub runs them (`bash --noprofile --norc -eo pipefail`), with the
+  workflow's, job's and step's `env:`, `${{ }}` expressions evaluated, and GITHUB_OUTPUT,
+  GITHUB_PATH, GITHUB_STEP_SUMMARY and GITHUB_ENV files read back between steps;
+- actions/checkout: a `git clone` of a repository holding this working tree;
+  astral-sh/setup-uv: uv on PATH (it is); docker/login-action: `docker login` when the
+  secrets hold credentials (the local registry asks for none); actions/upload-artifact: a
+  copy; peter-evans/create-pull-request: the diff it would propose, read with git.
+- Only hosted CPU runners (`ubuntu-latest`) run here; a job for a self-hosted GPU runner is
+  reported as not run, never as passed.
+The PyTorch CPU index is out of reach here: the runner's environment carries IMGBUILD_WHEELS
+(a local directory with the same torch wheel), as a runner behind a firewall would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REGISTRY_HOST, ROOT, WHEELS, registry_available
+from .wheelfactory import LocalIndex, WheelSpec
+
+WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
+HOSTED = {"ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04"}
+
+
+# --- ${{ }} expressions ---------------------------------------------------------------------
+
+class Ctx(dict):
+    """A context: missing keys are '' (GitHub's null), attributes read keys."""
+
+    def __getattr__(self, name):
+        v = self.get(name, "")
+        return Ctx(v) if isinstance(v, dict) else v
+
+
+def evaluate(expr: str, ctx: dict):
+    py = expr.strip()
+    py = re.sub(r"\|\|", " or ", py)
+    py = re.sub(r"&&", " and ", py)
+    py = re.sub(r"!(?!=)", " not ", py)
+    py = re.sub(r"\btrue\b", "True", py)
+    py = re.sub(r"\bfalse\b", "False", py)
+    py = re.sub(r"\bnull\b", "None", py)
+    names = {k: Ctx(v) if isinstance(v, dict) else v for k, v in ctx.items()}
+    # Status functions: a failed step ends the run here, so every step that is reached has
+    # seen only successes.
+    funcs = {"fromJSON": json.loads, "always": lambda: True, "success": lambda: True,
+             "failure": lambda: False, "cancelled": lambda: False}
+    return eval(py, {"__builtins__": {}} | funcs, names)  # noqa: S307
+
+
+def substitute(text, ctx: dict):
+    if not isinstance(text, str):
+        return text
+    whole = re.fullmatch(r"\s*\$\{\{(.*?)\}\}\s*", text, re.S)
+    if whole:
+        return evaluate(whole.group(1), ctx)
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: _str(evaluate(m.group(1), ctx)), text, flags=re.S)
+
+
+def _str(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+
+
+def test_the_expression_stand_in():
+    ctx = {"github": {"event_name": "schedule"}, "inputs": {"relock": False},
+           "matrix": {"gpu": False}, "needs": {"m": {"outputs": {"count": "0"}}}}
+    assert evaluate("github.event_name == 'schedule' || inputs.relock", ctx) is True
+    assert evaluate("needs.m.outputs.count != '0'", ctx) is False
+    assert evaluate("matrix.gpu", ctx) is False and evaluate("!matrix.gpu", ctx) is True
+    assert substitute("logs-${{ matrix.gpu }}", ctx) == "logs-false"
+    assert substitute("${{ fromJSON('{\"a\": 1}') }}", ctx) == {"a": 1}
+
+
+# --- a runner -------------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, source: Path, work: Path, env: dict[str, str], event: dict):
+        self.source, self.work, self.env, self.event = source, work, env, event
+        self.doc = yaml.safe_load(WORKFLOW.read_text())
+        self.outputs: dict[str, dict] = {}
+        self.logs: list[str] = []
+        self.artifacts = work / "artifacts"
+        self.pull_requests: list[dict] = []
+
+    def ctx(self, extra: dict) -> dict:
+        return {"github": {"event_name": self.event["name"], "event": self.event.get("payload", {}),
+                           "ref": "refs/heads/main"},
+                "inputs": self.event.get("inputs", {}), "vars": self.event.get("vars", {}),
+                "secrets": self.event.get("secrets", {}),
+                "needs": {k: {"outputs": v} for k, v in self.outputs.items()}} | extra
+
+    def job(self, name: str, matrix: dict | None = None) -> dict:
+        """Run one job; return {'ran': bool, 'steps': {id or name: output text}}."""
+        job = self.doc["jobs"][name]
+        ctx = self.ctx({"matrix": matrix or {}})
+        cond = job.get("if")
+        if cond is not None and not evaluate(cond, ctx):
+            return {"ran": False, "why": f"if: {cond}", "steps": {}}
+        runner = substitute(job["runs-on"], ctx)
+        if runner not in HOSTED:
+            return {"ran": False, "why": f"needs runner {runner}", "steps": {}}
+        ws = self.work / f"{name}-{uuid.uuid4().hex[:6]}"
+        files = {k: ws.parent / f"{ws.name}.{k}" for k in ("output", "path", "summary", "env")}
+        env = dict(self.env)
+        for scope in (self.doc.get("env") or {}, job.get("env") or {}):
+            env |= {k: _str(substitute(v, ctx)) for k, v in scope.items()}
+        steps_ctx: dict = {}
+        out: dict = {"ran": True, "steps": {}}
+        paths: list[str] = []
+        for step in job["steps"]:
+            sid = step.get("id") or step.get("name") or step.get("uses")
+            sctx = ctx | {"steps": steps_ctx, "env": env}
+            if "if" in step and not evaluate(step["if"], sctx):
+                continue
+            for f in files.values():
+                f.write_text("")
+            senv = env | {k: _str(substitute(v, sctx)) for k, v in (step.get("env") or {}).items()}
+            senv |= {"GITHUB_OUTPUT": str(files["output"]), "GITHUB_PATH": str(files["path"]),
+                     "GITHUB_STEP_SUMMARY": str(files["summary"]), "GITHUB_ENV": str(files["env"]),
+                     "GITHUB_WORKSPACE": str(ws), "PATH": ":".join(paths + [env["PATH"]])}
+            if "uses" in step:
+                with_ = {k: _str(substitute(v, sctx)) for k, v in (step.get("with") or {}).items()}
+                text = self.action(step["uses"], with_, ws, senv, sctx)
+                rc = 0
+            else:
+                r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                                    substitute(step["run"], sctx)], cwd=ws, env=senv,
+                                   capture_output=True, text=True, timeout=3000)
+                text, rc = r.stdout + r.stderr, r.returncode
+            self.logs.append(f"## {name} / {sid} (exit {rc})\n{text}")
+            out["steps"][sid] = text
+            if rc != 0 and not evaluate(str(step.get("continue-on-error", False)).replace(
+                    "${{", "").replace("}}", ""), sctx):
+                raise AssertionError(f"{name} / {sid} failed (exit {rc}):\n{text[-4000:]}")
+            outputs = dict(line.split("=", 1) for line in files["output"].read_text().splitlines()
+                           if "=" in line)
+            steps_ctx[step.get("id", sid)] = {"outputs": outputs}
+            paths = [p for p in files["path"].read_text().splitlines() if p] + paths
+            env |= dict(line.split("=", 1) for line in files["env"].read_text().splitlines()
+                        if "=" in line)
+        self.outputs[name] = {k: _str(substitute(v, ctx | {"steps": steps_ctx}))
+                              for k, v in (job.get("outputs") or {}).items()}
+        return out
+
+    def action(self, uses: str, with_: dict, ws: Path, env: dict, ctx: dict) -> str:
+        name = uses.split("@")[0]
+        if name == "actions/checkout":
+            subprocess.run(["git", "clone", "-q", str(self.source), str(ws)], check=True)
+            return "cloned"
+        if name == "astral-sh/setup-uv":
+            assert shutil.which("uv", path=env["PATH"]), "uv is not installed on this runner"
+            return "uv"
+        if name == "docker/login-action":
+            if not with_.get("username"):
+                return "no credentials in secrets: not logged in"
+            r = subprocess.run(["docker", "login", with_["registry"], "-u", with_["username"],
+                                "--password-stdin"], input=with_.get("password", ""), text=True,
+                               capture_output=True)
+            assert r.returncode == 0, r.stderr
+            return "logged in"
+        if name == "actions/upload-artifact":
+            src, dest = ws / with_["path"], self.artifacts / with_["name"]
+            dest.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dest, dirs_exist_ok=True)
+            elif src.exists():
+                shutil.copy(src, dest / src.name)
+            return "uploaded"
+        if name == "peter-evans/create-pull-request":
+            paths = with_.get("add-paths", "").split()
+            r = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ws,
+                               capture_output=True, text=True, check=True)
+            diff = subprocess.run(["git", "diff", "--", *paths], cwd=ws, capture_output=True,
+                                  text=True, check=True).stdout
+            self.pull_requests.append({"branch": with_.get("branch"), "files": r.stdout,
+                                       "diff": diff})
+            return "pull request: " + r.stdout
+        raise AssertionError(f"no stand-in for action {uses}")
+
+
+def _source(tmp: Path, images: Path | None = None, lockfiles: Path | None = None) -> Path:
+    """A repository holding this working tree (tracked and new files), committed."""
+    src = tmp / "source"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, src / f)
+    for d, new in (("images", images), ("lockfiles", lockfiles)):
+        if new is not None:
+            shutil.rmtree(src / d)
+            shutil.copytree(new, src / d)
+    _git(src, "init", "-q", "-b", "main")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "base")
+    return src
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=ci", "-c", "user.email=ci@x",
+                           *args], check=True, capture_output=True, text=True).stdout
+
+
+def _runner_env(home: Path) -> dict[str, str]:
+    # The runner's own trust store, as a runner behind a TLS-inspecting proxy is set up.
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "DOCKER_HOST", "UV_CACHE_DIR",
+                                        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                                        "CURL_CA_BUNDLE") if k in os.environ}
+    env = keep | {"HOME": str(home), "CI": "true", "UV_PYTHON_DOWNLOADS": "never",
+                  "IMGBUILD_CACHE": str(home / ".cache" / "imgbuild")}
+    if WHEELS:
+        env["IMGBUILD_WHEELS"] = WHEELS  # stands in for the PyTorch CPU index
+    return env
+
+
+@pytest.mark.docker
+def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_client):
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    registry = f"{REGISTRY_HOST}/imgbuild-wf-{uuid.uuid4().hex[:8]}"
+    src = _source(tmp_path)
+    event = {"name": "workflow_dispatch", "inputs": {"targets": "tiny-cpu", "relock": False},
+             "vars": {"REGISTRY": registry}, "secrets": {}}
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def run_once(tag: str) -> tuple[Runner, dict]:
+        r = Runner(src, tmp_path / tag, _runner_env(home), event)
+        (tmp_path / tag).mkdir()
+        m = r.job("matrix")
+        assert m["ran"] and r.outputs["matrix"]["count"] == "1", r.logs
+        [entry] = json.loads(r.outputs["matrix"]["matrix"])["include"]
+        assert entry["target"] == "tiny-cpu" and entry["runner"] == "ubuntu-latest"
+        b = r.job("build", matrix=entry)
+        assert b["ran"], b
+        return r, b
+
+    r, b = run_once("first")
+    build = json.loads((r.artifacts / "logs-tiny-cpu" / "build.json").read_text())
+    assert build["smoke"]["ok"] is True
+    assert any(p.startswith(f"{registry}:tiny-cpu@") for p in build["pushed"])
+    content = build["content_tag"]
+    # A second run on a fresh runner (an Engine without the image): pulled, not built.
+    for ref in (content, f"{registry}:tiny-cpu", f"{registry}:tiny-cpu-transformers5.17.0"):
+        docker_client.images.remove(ref, force=True)
+    r, b = run_once("second")
+    said = " ".join(b["steps"]["Build (or pull by content tag); no tag moves yet"].split())
+    assert "found in the registry: pulled instead of building" in said
+    again = json.loads((r.artifacts / "logs-tiny-cpu" / "build.json").read_text())
+    assert again["content_tag"] == content and again["action"] == "local"
+
+
+def test_push_of_one_spec_selects_exactly_that_target(tmp_path):
+    src = _source(tmp_path)
+    before = _git(src, "rev-parse", "HEAD").strip()
+    spec = src / "images" / "tiny-cpu.yaml"
+    spec.write_text(spec.read_text().replace("The demo:", "The demo (changed):"))
+    _git(src, "commit", "-qam", "spec")
+    home = tmp_path / "home"
+    home.mkdir()
+    event = {"name": "push", "payload": {"before": before}, "vars": {"REGISTRY": "r/x"}}
+    r = Runner(src, tmp_path, _runner_env(home), event)
+    assert r.job("matrix")["ran"]
+    inc = json.loads(r.outputs["matrix"]["matrix"])["include"]
+    assert [(e["target"], e["changed"]) for e in inc] == [
+        ("tiny-cpu", f"content key changed since {before}")]
+
+
+SPEC = """description: a target on the test's own index
+engine: {name: vllm, version: "1.0"}
+archs: [cpu]
+os: debian-bookworm
+flavor: slim
+requirements: [transformers]
+"""
+
+
+def test_outdated_job_relocks_when_the_index_gains_a_release(tmp_path):
+    ix = LocalIndex(tmp_path / "index", fallback=True)  # imgbuild's own dependencies: PyPI
+    ix.add(WheelSpec("vllm", "1.0", requires=("transformers>=4.0",)))
+    ix.add(WheelSpec("transformers", "4.0"))
+    ix.start()
+    try:
+        images = tmp_path / "images"
+        (images / "models").mkdir(parents=True)
+        for name in ("bases.yaml", "gpus.yaml", "cuda.yaml"):
+            shutil.copy(ROOT / "images" / name, images / name)
+        (images / "t.yaml").write_text(SPEC)
+        home = tmp_path / "home"
+        home.mkdir()
+        env = _runner_env(home) | {"UV_INDEX_URL": ix.url}
+        locks = tmp_path / "lockfiles"
+        r = subprocess.run([".venv/bin/imgbuild", "lock", "t", "--images", str(images),
+                            "--lockfiles", str(locks)], cwd=ROOT, env=env | {"PATH": os.environ[
+                                "PATH"]}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        src = _source(tmp_path, images, locks)
+        ix.add(WheelSpec("vllm", "1.1", requires=("transformers>=4.0",)))
+        event = {"name": "schedule", "inputs": {}, "vars": {}}
+        run = Runner(src, tmp_path / "run", env, event)
+        (tmp_path / "run").mkdir()
+        assert run.job("outdated")["ran"]
+    finally:
+        ix.stop()
+    [pr] = run.pull_requests
+    assert "images/t.yaml" in pr["files"] and "lockfiles/t.py3.11" in pr["files"]
+    assert '-engine: {name: vllm, version: "1.0"}' in pr["diff"]
+    assert '+engine: {name: vllm, version: "1.1"}' in pr["diff"]
+    assert "+vllm==1.1" in pr["diff"]
