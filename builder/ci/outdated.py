@@ -43,7 +43,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..catalog.catalog import Catalog, load_catalog
 from ..catalog.targets import Target
-from ..errors import ImgbuildError, InputError, LockError, ResolveError
+from ..errors import EnvError, ImgbuildError, InputError, LockError, ResolveError
 from ..fsutil import atomic_write_text
 from ..image.registry import Repository
 from ..lock import conflicts
@@ -490,62 +490,45 @@ def outdated(ws: Workspace, *, index_urls: list[str] | tuple[str, ...] | None = 
 _CUDA_TAG = re.compile(r"^(\d+(?:\.\d+)+)-(.+)$")
 
 
-def _registry_of(name: str) -> tuple[str, str, str]:
-    """(host, repository path, base URL) of an image name, Docker Hub when it names no host."""
+def _repository_of(name: str) -> Repository:
+    """An image name's repository, on Docker Hub when it names no host."""
     repo = Repository.parse(name)
     if repo.host is None:
         path = name if "/" in name else f"library/{name}"
-        return "registry-1.docker.io", path, "https://registry-1.docker.io"
-    return repo.host, repo.path, repo.base_url
-
-
-def _token(s: requests.Session, resp: requests.Response, path: str) -> str | None:
-    auth = resp.headers.get("WWW-Authenticate", "")
-    if not auth.lower().startswith("bearer"):
-        return None
-    params = dict(re.findall(r'(\w+)="([^"]*)"', auth))
-    if "realm" not in params:
-        return None
-    r = s.get(params["realm"], params={"service": params.get("service", ""),
-                                       "scope": f"repository:{path}:pull"}, timeout=TIMEOUT)
-    r.raise_for_status()
-    return r.json().get("token") or r.json().get("access_token")
+        return Repository.parse(f"registry-1.docker.io/{path}")
+    return repo
 
 
 def registry_tags(name: str, *, timeout: float = 5, max_pages: int = 50) -> list[str]:
-    """Every tag of a repository (Distribution API, anonymous pull token where asked)."""
-    host, path, base = _registry_of(name)
-    s = requests.Session()
-    url = f"{base}/v2/{path}/tags/list?n=1000"
-    headers: dict[str, str] = {}
+    """Every tag of a repository (Distribution API; the registry's challenge answered as
+    Docker answers it, anonymously where it allows anonymous pulls)."""
+    repo = _repository_of(name)
+    url = f"{repo.path}/tags/list?n=1000"
     tags: list[str] = []
     for _ in range(max_pages):
-        r = s.get(url, headers=headers, timeout=(timeout, 30))
-        if r.status_code == 401 and "Authorization" not in headers:
-            tok = _token(s, r, path)
-            if tok:
-                headers["Authorization"] = f"Bearer {tok}"
-                continue
+        r = repo.api.request("GET", url, scope=repo.scope("pull"), timeout=(timeout, 30))
         if r.status_code == 404:
             return tags
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise EnvError(f"registry {repo.host} answered {r.status_code} listing {repo.path}")
         tags += r.json().get("tags") or []
         m = re.search(r'<([^>]+)>;\s*rel="next"', r.headers.get("Link", ""))
         if not m:
             break
-        url = m.group(1) if m.group(1).startswith("http") else base + m.group(1)
+        url = m.group(1)
     return tags
 
 
 def base_news(cat: Catalog, image: str, *, timeout: float = 5) -> BaseNews:
     """Newer tags of a base image where the registry answers; says so where it does not."""
+    image = image.split("@", 1)[0]  # a tag pinned by digest: its newer tags are the news
     name, _, tag = image.rpartition(":")
     if "/" in tag or not name:
         name, tag = image, "latest"
     if any(b.bootstrap and b.image == image for b in cat.bases.values()):
         return BaseNews(image, "not checked", note="made on the build machine by `imgbuild base "
                         "bootstrap` from Debian's packages; it is on no upstream registry")
-    host, _, _ = _registry_of(name)
+    host = _repository_of(name).host
     cuda = cat.cuda_images
     m = _CUDA_TAG.match(tag)
     if cuda is None or name != cuda.repository or not m:
@@ -553,9 +536,8 @@ def base_news(cat: Catalog, image: str, *, timeout: float = 5) -> BaseNews:
                         "OS release, not an update of this one")
     try:
         tags = registry_tags(name, timeout=timeout)
-    except requests.RequestException as e:
-        return BaseNews(image, "not checked",
-                        note=f"registry {host} unreachable ({type(e).__name__})")
+    except EnvError as e:
+        return BaseNews(image, "not checked", note=f"registry {host} unreachable ({e.message})")
     cur, suffix = Version(m.group(1)), m.group(2)
     newer = []
     for t in tags:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from ..errors import ImgbuildError
@@ -14,6 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "build")  # `imgbuild TARGET ...` is `imgbuild build TARGET ...`
     args = parser().parse_args(argv)
+    if getattr(args, "insecure_registry", None):
+        # Read by every registry call this process makes (image/distribution.py).
+        known = os.environ.get("IMGBUILD_INSECURE_REGISTRIES", "")
+        os.environ["IMGBUILD_INSECURE_REGISTRIES"] = ",".join(
+            [h for h in known.split(",") if h] + args.insecure_registry)
     # The one lazy import: a command loads only the stages it runs.
     command = importlib.import_module(f"{__package__}.commands.{COMMANDS[args.command]}")
     from .console import make_output

@@ -13,7 +13,7 @@ COMMANDS = {
     "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
-    "smoke-model": "smoke_model",
+    "smoke-model": "smoke_model", "verify": "verify",
 }
 
 
@@ -29,6 +29,10 @@ def parser() -> argparse.ArgumentParser:
                              "beside images/)")
     common.add_argument("--wheels", help="a local wheel directory that stands in for extra "
                         "indexes (env IMGBUILD_WHEELS)")
+    common.add_argument("--insecure-registry", action="append", metavar="HOST[:PORT]",
+                        help="a registry to reach by plain HTTP or with a certificate this "
+                             "machine does not trust, as Docker's insecure-registries (env "
+                             "IMGBUILD_INSECURE_REGISTRIES; loopback registries always are)")
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("--arch", action="append", metavar="ARCH",
                         help="GPU archs instead of the target's: sm100, 10.0, B200, 'RTX PRO 6000' "
@@ -123,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--registry", help="fetch it from (and with --push, store it in) this "
                                       "repository, e.g. 127.0.0.1:5000/imgbuild")
     s.add_argument("--push", action="store_true")
+    s = sub.add_parser("verify", parents=[common],
+                       help="check an image in a registry: its digest, smoke report, SBOM "
+                            "against its lock, provenance")
+    s.add_argument("ref", metavar="HOST[:PORT]/REPO:TAG")
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],

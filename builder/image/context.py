@@ -12,6 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..catalog.indexes import credential_of
 from ..catalog.patches import Patch
 from ..lock.lockfile import Lockfile
 from ..lock.uv import uv_bin
@@ -35,6 +36,22 @@ class Secrets:
         netrc = os.environ.get("IMGBUILD_NETRC") or os.path.expanduser("~/.netrc")
         return cls(Path(ca) if ca and os.path.exists(ca) else None,
                    Path(netrc) if os.path.exists(netrc) else None)
+
+    def with_index_credentials(self, urls: tuple[str, ...], scratch: Path) -> Secrets:
+        """The host's netrc and a `machine` entry for each index URL that carries credentials,
+        written to a 0600 file in `scratch` (the build's temporary directory): uv inside the
+        build reads it for those hosts, and it lands in no layer."""
+        creds = [c for c in (credential_of(u) for u in urls) if c is not None]
+        if not creds:
+            return self
+        path = scratch / "netrc"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            for c in creds:
+                f.write(c.netrc())
+            if self.netrc is not None:
+                f.write(self.netrc.read_text())
+        return Secrets(self.cacert, path)
 
     def args(self) -> list[str]:
         out = []

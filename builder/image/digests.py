@@ -10,30 +10,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import requests
-
 from ..catalog.catalog import Catalog, load_catalog
 from ..errors import EnvError
 from ..fsutil import atomic_write_text
 from ..workspace import Workspace
 from .registry import MANIFEST_TYPES, Repository
 
-HUB = "https://registry-1.docker.io"
-HUB_AUTH = "https://auth.docker.io/token"
+HUB_HOST = "registry-1.docker.io"
 
 
-def _hub_digest(repo: str, tag: str, timeout: float) -> str | None:
-    tok = requests.get(HUB_AUTH, params={"service": "registry.docker.io",
-                                         "scope": f"repository:{repo}:pull"}, timeout=timeout)
-    tok.raise_for_status()
-    r = requests.head(f"{HUB}/v2/{repo}/manifests/{tag}", timeout=timeout, headers={
-        "Accept": MANIFEST_TYPES, "Authorization": f"Bearer {tok.json()['token']}"})
-    return r.headers.get("Docker-Content-Digest") if r.status_code == 200 else None
-
-
-def _mirror_digest(mirror: Repository, repo: str, tag: str, timeout: float) -> str | None:
-    url = f"{mirror.base_url}/v2/{mirror.path}/{repo}/manifests/{tag}"
-    r = requests.head(url, headers={"Accept": MANIFEST_TYPES}, timeout=timeout)
+def _digest(repo: Repository, tag: str) -> str | None:
+    """The manifest digest of repo:tag (the registry's challenge answered: Docker Hub gives an
+    anonymous pull token for public repositories), or None when the tag does not exist."""
+    r = repo.api.request("HEAD", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
+                         headers={"Accept": MANIFEST_TYPES}, timeout=(15, 30))
     return r.headers.get("Docker-Content-Digest") if r.status_code == 200 else None
 
 
@@ -43,19 +33,18 @@ def tags(cat: Catalog) -> list[str]:
                    if (t := ci.tag(r.cuda, k, o))})
 
 
-def refresh(cat: Catalog, *, mirror: str | None = None, timeout: float = 15) -> dict[str, str | None]:
+def refresh(cat: Catalog, *, mirror: str | None = None) -> dict[str, str | None]:
     """{image: digest or None (tag not found)}; EnvError when the registry cannot be reached."""
-    m = Repository.parse(mirror) if mirror else None
     out: dict[str, str | None] = {}
     for image in tags(cat):
-        repo, _, tag = image.rpartition(":")
+        name, _, tag = image.rpartition(":")
+        repo = Repository.parse(f"{mirror}/{name}" if mirror else f"{HUB_HOST}/{name}")
         try:
-            out[image] = _mirror_digest(m, repo, tag, timeout) if m else \
-                _hub_digest(repo, tag, timeout)
-        except requests.RequestException as e:
-            where = m.host if m else "Docker Hub (registry-1.docker.io)"
+            out[image] = _digest(repo, tag)
+        except EnvError as e:
+            where = repo.host if mirror else f"Docker Hub ({HUB_HOST})"
             raise EnvError(f"{where} is unreachable: the digests stay as they are",
-                           facts=[f"{type(e).__name__}: {str(e)[:160]}"],
+                           facts=[e.message, *e.facts],
                            hint="run it where the registry is reachable, or point --mirror at "
                                 "a registry that mirrors nvidia/cuda") from None
     return out

@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 from dataclasses import dataclass
+from functools import cached_property
 
-import requests
 from docker.errors import APIError, NotFound
 
 from ..errors import EnvError, InputError, JobFailed
+from .distribution import Client, insecure_hosts
+from .reference import parse_name
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -30,21 +33,33 @@ class Repository:
 
     @classmethod
     def parse(cls, name: str) -> Repository:
-        first, _, rest = name.partition("/")
-        if rest and ("." in first or ":" in first or first == "localhost"):
-            return cls(name, first, rest)
-        return cls(name, None, name)
+        """Checked as Docker checks a reference; a bad one is exit 2 with the reason."""
+        host, path = parse_name(name)
+        return cls(name, host, path)
+
+    @property
+    def plain_http(self) -> bool:
+        host = (self.host or "").rsplit(":", 1)[0].strip("[]")
+        if host == "localhost" or (self.host or "") in insecure_hosts():
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
     @property
     def base_url(self) -> str:
-        host = self.host.split(":")[0] if self.host else ""
-        plain = host == "localhost"
-        try:
-            plain = plain or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            pass
-        # Docker itself talks plain HTTP to loopback registries; so do we.
-        return f"{'http' if plain else 'https'}://{self.host}"
+        return self.api.base_url
+
+    @cached_property
+    def api(self) -> Client:
+        """The Distribution API of this repository's registry, authenticated as Docker is.
+        Docker talks plain HTTP to loopback registries (and to those it is told are insecure)
+        when they do not speak TLS; so do we."""
+        return Client(self.host or "", plain_http_allowed=self.plain_http)
+
+    def scope(self, *actions: str) -> str:
+        return f"repository:{self.path}:{','.join(actions or ('pull',))}"
 
 
 def repository(name: str | None, push: bool) -> Repository:
@@ -58,40 +73,28 @@ def repository(name: str | None, push: bool) -> Repository:
     return repo
 
 
-def manifest_digest(repo: Repository, tag: str, timeout: float = 10) -> str | None:
+def manifest_digest(repo: Repository, tag: str) -> str | None:
     """The digest a tag points at, or None when the tag does not exist."""
     if repo.host is None:
         return None
-    url = f"{repo.base_url}/v2/{repo.path}/manifests/{tag}"
-    try:
-        r = requests.head(url, headers={"Accept": MANIFEST_TYPES}, timeout=timeout)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    r = repo.api.request("HEAD", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
+                         headers={"Accept": MANIFEST_TYPES})
     if r.status_code == 404:
         return None
-    if r.status_code == 401:
-        raise EnvError(f"registry {repo.host} asks for credentials",
-                       hint=f"`docker login {repo.host}`, then run the command again")
     if r.status_code != 200:
-        raise EnvError(f"registry {repo.host} answered {r.status_code} for {url}",
+        raise EnvError(f"registry {repo.host} answered {r.status_code} for {repo.path}:{tag}",
                        hint="check the registry's logs and the repository name")
     return r.headers.get("Docker-Content-Digest")
 
 
-def unreachable(repo: Repository, e: Exception) -> EnvError:
-    return EnvError(f"registry {repo.host} is unreachable",
-                    facts=[f"{type(e).__name__}: {str(e)[:200]}"],
-                    hint=f"start it (`make services` runs one on 127.0.0.1:5000) or check "
-                         f"--registry {repo.name}")
-
-
 def check_reachable(repo: Repository) -> None:
+    """The registry answers the API (a 401 here is fine: each call answers its challenge)."""
     if repo.host is None:
         return
-    try:
-        requests.get(f"{repo.base_url}/v2/", timeout=5)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    r = repo.api.ping()
+    if r.status_code not in (200, 401):
+        raise EnvError(f"{repo.host} does not answer as a registry ({r.status_code} for /v2/)",
+                       hint=f"check --registry {repo.name}")
 
 
 def push(client, ref: str) -> str:
@@ -100,7 +103,21 @@ def push(client, ref: str) -> str:
     digest = None
     for line in client.images.push(repo, tag=tag, stream=True, decode=True):
         if "error" in line:
-            raise JobFailed(f"push of {ref} failed", facts=[line["error"]],
+            err = line["error"]
+            if re.search(r"denied|unauthori[sz]ed|authentication required", err, re.I):
+                # The Engine uses the same Docker config as every other registry call.
+                raise EnvError(f"registry {repo.split('/')[0]} refused the push of {ref}",
+                               facts=[err[:300]],
+                               hint="`docker login` with an account that may push there, then "
+                                    "run the command again")
+            if re.search(r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|"
+                         r"no such host|server misbehaving", err, re.I):
+                raise EnvError(f"registry {repo.split('/')[0]} went away during the push of "
+                               f"{ref}", facts=[err[:300]],
+                               hint="nothing was tagged that points at a partial image; when "
+                                    "the registry is back, run the command again (layers "
+                                    "already pushed are not sent twice)")
+            raise JobFailed(f"push of {ref} failed", facts=[err],
                             hint="check that the registry is up and accepts pushes")
         aux = line.get("aux") or {}
         digest = aux.get("Digest", digest)
@@ -109,20 +126,29 @@ def push(client, ref: str) -> str:
     return digest
 
 
-def pull(client, ref: str) -> str:
-    """Pull one tag; return the repo digest the image was pulled by."""
+def pull(client, ref: str, digest: str | None = None) -> str:
+    """Pull one tag; return the repo digest the image was pulled by. With `digest`, the Engine
+    pulls by that digest (and checks every byte against it), then tags it `ref`: what is used
+    is what the registry listed, even if the tag moves meanwhile."""
     repo, _, tag = ref.rpartition(":")
     try:
-        img = client.images.pull(repo, tag=tag)
+        img = client.images.pull(repo, tag=digest or tag)
     except NotFound:
         raise JobFailed(f"{ref} is not in the registry") from None
     except APIError as e:
         raise EnvError(f"pull of {ref} failed", facts=[str(e)[:300]],
-                       hint="check that the registry is up") from None
+                       hint="check that the registry is up, and `docker login` where it asks "
+                            "for credentials") from None
+    if digest:
+        img.tag(repo, tag)
     for rd in img.attrs.get("RepoDigests", []):
         if rd.startswith(repo + "@"):
-            return rd.split("@", 1)[1]
-    raise JobFailed(f"pulled {ref} but the engine recorded no digest for it")
+            got = rd.split("@", 1)[1]
+            if digest and got != digest:
+                continue
+            return got
+    raise JobFailed(f"pulled {ref} but the engine recorded no digest for it"
+                    + (f" equal to {digest}" if digest else ""))
 
 
 # --- smoke reports stored beside the image ------------------------------------------------
@@ -140,30 +166,35 @@ def report_tag(digest: str) -> str:
 
 def _put_blob(repo: Repository, data: bytes) -> str:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    base = f"{repo.base_url}/v2/{repo.path}/blobs"
-    try:
-        if requests.head(f"{base}/{digest}", timeout=10).status_code == 200:
-            return digest
-        start = requests.post(f"{base}/uploads/", timeout=10)
-        start.raise_for_status()
-        loc = start.headers["Location"]
-        url = loc if loc.startswith("http") else repo.base_url + loc
-        sep = "&" if "?" in url else "?"
-        done = requests.put(f"{url}{sep}digest={digest}", data=data, timeout=30,
+    scope = repo.scope("pull", "push")
+    blobs = f"{repo.path}/blobs"
+    if repo.api.request("HEAD", f"{blobs}/{digest}", scope=scope).status_code == 200:
+        return digest
+    start = repo.api.request("POST", f"{blobs}/uploads/", scope=scope)
+    _expect(start, (202,), repo, "a blob upload")
+    loc = start.headers["Location"]
+    sep = "&" if "?" in loc else "?"
+    done = repo.api.request("PUT", f"{loc}{sep}digest={digest}", scope=scope, data=data,
                             headers={"Content-Type": "application/octet-stream"})
-        done.raise_for_status()
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    _expect(done, (201,), repo, "a blob upload")
     return digest
+
+
+def _expect(r, codes: tuple[int, ...], repo: Repository, what: str) -> None:
+    if r.status_code in codes:
+        return
+    if r.status_code == 403 or (r.status_code in (401, 404) and "DENIED" in r.text.upper()):
+        raise EnvError(f"registry {repo.host} refused {what} in {repo.path}: the account may "
+                       "pull but not push", facts=[r.text[:300]],
+                       hint="log in with an account that may push to this repository")
+    raise JobFailed(f"registry {repo.host} answered {r.status_code} to {what}",
+                    facts=[r.text[:300]])
 
 
 def _get_blob(repo: Repository, digest: str) -> bytes:
     """A blob, checked against its digest (a registry or proxy that serves other bytes fails)."""
-    try:
-        b = requests.get(f"{repo.base_url}/v2/{repo.path}/blobs/{digest}", timeout=60)
-        b.raise_for_status()
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    b = repo.api.request("GET", f"{repo.path}/blobs/{digest}", scope=repo.scope("pull"))
+    _expect(b, (200,), repo, f"blob {digest[:19]}…")
     got = "sha256:" + hashlib.sha256(b.content).hexdigest()
     if got != digest:
         raise JobFailed(f"registry {repo.host} served blob {digest[:19]}… with other bytes",
@@ -192,14 +223,9 @@ def push_artifact(repo: Repository, tag: str, artifact_type: str, config: dict,
     if annotations:
         manifest["annotations"] = annotations
     data = json.dumps(manifest).encode()
-    try:
-        r = requests.put(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}", data=data,
-                         headers={"Content-Type": OCI_MANIFEST}, timeout=30)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
-    if r.status_code not in (200, 201):
-        raise JobFailed(f"registry {repo.host} refused {tag} ({r.status_code})",
-                        facts=[r.text[:300]])
+    r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull", "push"),
+                         data=data, headers={"Content-Type": OCI_MANIFEST})
+    _expect(r, (200, 201), repo, f"manifest {tag}")
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -209,11 +235,8 @@ def fetch_artifact(repo: Repository, tag: str,
     its digest; None when the registry has no such tag (or it is another kind of artifact)."""
     if repo.host is None:
         return None
-    try:
-        m = requests.get(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
-                         headers={"Accept": OCI_MANIFEST}, timeout=10)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    m = repo.api.request("GET", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
+                         headers={"Accept": OCI_MANIFEST})
     if m.status_code == 404:
         return None
     if m.status_code != 200:
@@ -230,46 +253,33 @@ def fetch_artifact(repo: Repository, tag: str,
     return digest, config, _get_blob(repo, doc["layers"][0]["digest"])
 
 
+def image_config(repo: Repository, digest: str) -> tuple[dict, dict]:
+    """(manifest, config) of the image manifest `digest`, both checked against their digests."""
+    m = repo.api.request("GET", f"{repo.path}/manifests/{digest}", scope=repo.scope("pull"),
+                         headers={"Accept": MANIFEST_TYPES})
+    _expect(m, (200,), repo, f"manifest {digest[:19]}…")
+    got = "sha256:" + hashlib.sha256(m.content).hexdigest()
+    if got != digest:
+        raise JobFailed(f"registry {repo.host} served manifest {digest[:19]}… with other bytes",
+                        facts=[f"asked for {digest}", f"got       {got}"],
+                        hint="the registry or a proxy in between changed the content")
+    manifest = m.json()
+    if "config" not in manifest:
+        raise JobFailed(f"{repo.name}@{digest} is not an image manifest (an index?)")
+    return manifest, json.loads(_get_blob(repo, manifest["config"]["digest"]))
+
+
 def push_report(repo: Repository, image_digest: str, report: dict) -> str:
     """Store a smoke report as an artifact that refers to image_digest; return its tag."""
-    body = json.dumps(report, indent=2, sort_keys=True).encode()
-    cfg = _put_blob(repo, body)
-    empty = _put_blob(repo, b"{}")
-    manifest = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": REPORT_TYPE,
-        "config": {"mediaType": REPORT_TYPE, "digest": cfg, "size": len(body)},
-        "layers": [{"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2}],
-        "subject": {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                    "digest": image_digest},
-        "annotations": {"io.imgbuild.smoke.ok": str(bool(report.get("ok"))).lower()},
-    }
     tag = report_tag(image_digest)
-    try:
-        r = requests.put(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
-                         data=json.dumps(manifest).encode(),
-                         headers={"Content-Type": OCI_MANIFEST}, timeout=30)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
-    if r.status_code not in (200, 201):
-        raise JobFailed(f"registry {repo.host} refused the smoke report ({r.status_code})",
-                        facts=[r.text[:300]], hint="the image was pushed; its tags were not moved")
+    push_artifact(repo, tag, REPORT_TYPE, report, b"{}", "application/vnd.oci.empty.v1+json",
+                  annotations={"io.imgbuild.smoke.ok": str(bool(report.get("ok"))).lower()},
+                  subject=image_digest)
     return tag
 
 
 def fetch_report(repo: Repository, image_digest: str) -> dict | None:
-    """The smoke report stored for image_digest, or None when there is none."""
-    if repo.host is None:
-        return None
-    tag = report_tag(image_digest)
-    try:
-        m = requests.get(f"{repo.base_url}/v2/{repo.path}/manifests/{tag}",
-                         headers={"Accept": OCI_MANIFEST}, timeout=10)
-        if m.status_code == 404:
-            return None
-        m.raise_for_status()
-        cfg = m.json()["config"]["digest"]
-        b = requests.get(f"{repo.base_url}/v2/{repo.path}/blobs/{cfg}", timeout=10)
-        b.raise_for_status()
-        return json.loads(b.content)
-    except requests.RequestException as e:
-        raise unreachable(repo, e) from None
+    """The smoke report stored for image_digest (every part checked against its digest), or
+    None when there is none."""
+    found = fetch_artifact(repo, report_tag(image_digest), REPORT_TYPE)
+    return found[1] if found is not None else None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from ..catalog.indexes import strip_credentials
 from ..errors import LockError
 from ..fsutil import atomic_write_text
 
@@ -35,7 +36,9 @@ class LockRequest:
     extra_index_urls: tuple[str, ...] = ()
 
     def inputs_hash(self) -> str:
-        doc = asdict(self) | {"format": LOCK_FORMAT}
+        # An index's credentials decide no resolution: a new password keeps the lock.
+        doc = asdict(self) | {"format": LOCK_FORMAT, "extra_index_urls": [
+            strip_credentials(u) for u in self.extra_index_urls]}
         return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def filename(self) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
-from ..image import buildlock, daemon, registry, smoke
+from ..image import attest, buildlock, daemon, registry, smoke
+from ..lock.lockfile import Lockfile
 from ..plan.decide import make_plan
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
@@ -109,7 +110,8 @@ def build_target(ws: Workspace, opts: BuildOptions, progress: Progress = SILENT)
                                 progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      progress=progress)
-        published = publish(plan, gated, client, repo, push=opts.push, progress=progress)
+        published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
+                            commit=attest.git_commit(ws.images), progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
 
@@ -150,10 +152,11 @@ def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smo
 
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
+            lock: Lockfile | None = None, commit: str | None = None,
             progress: Progress = SILENT) -> Published:
-    """Push the content tag first, then the report that refers to its digest, then move the
-    moving tags: a moving tag never points at something the registry does not fully hold, nor
-    at an image without a passing report."""
+    """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
+    and provenance when `lock` is given), then move the moving tags: a moving tag never points
+    at something the registry does not fully hold, nor at an image without a passing report."""
     img = client.images.get(plan.ref())
     pushed: list[str] = []
     report_ref = None
@@ -165,6 +168,11 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
             report_ref = f"{repo.name}:" + registry.push_report(
                 repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
                                                          "forced": gated.forced})
+        if lock is not None:
+            docs = {"sbom": attest.sbom(plan, lock, digest, attest.os_packages(plan.ref())),
+                    "provenance": attest.provenance(plan, digest, commit)}
+            attest.push(repo, digest, docs)
+            progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
     moved: list[str] = []
     if gated.open:
         for t in plan.tags:

@@ -40,7 +40,7 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             progress.note(f"{plan.ref()} is already here: nothing to build")
             return Built("local", img.id, img.attrs.get("Size", 0))
         if repo.host and (digest := registry.manifest_digest(repo, plan.content_tag)):
-            registry.pull(client, plan.ref())
+            registry.pull(client, plan.ref(), digest)  # by digest: checked by the Engine
             img = client.images.get(plan.ref())
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
@@ -61,14 +61,17 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     if plan.smoke_model and smoke_dir is None:
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
                         "given to build it with")
-    with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
+    index_urls = ws.target(plan.target).request.extra_index_urls  # with their credentials
+    with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td, \
+            tempfile.TemporaryDirectory(prefix="imgbuild-secrets-") as sd:
         ctx = Path(td)
         carried = prepare_context(plan, lock, ctx, wheels=ws.wheels, smoke_model_dir=smoke_dir,
                                   patches=ws.patches)
         flags = index_flags(plan, bool(carried))
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
-            return docker_build(plan, ctx, secrets=Secrets.from_host(), flags=flags,
+            secrets = Secrets.from_host().with_index_credentials(index_urls, Path(sd))
+            return docker_build(plan, ctx, secrets=secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache)
         except JobFailed as e:
             unreachable = [u for u in plan.extra_index_urls

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import JobFailed
-from ..image import daemon, registry
+from ..image import attest, daemon, registry
 from ..plan.decide import make_plan
 from ..plan.plan import Plan
 from ..workspace import Workspace
@@ -18,11 +18,13 @@ class PullOutcome:
     digest: str
     registry_digest: str
     report: dict | None = None
+    verified: attest.Verification | None = None
 
     def to_dict(self) -> dict:
         return {"target": self.plan.target, "ref": self.ref, "digest": self.digest,
                 "registry_digest": self.registry_digest, "refs": list(self.plan.refs),
-                "smoke_report": self.report}
+                "smoke_report": self.report,
+                "verified": self.verified.to_dict() if self.verified else None}
 
 
 def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name: str,
@@ -39,13 +41,19 @@ def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name:
                         facts=[f"content tag {plan.content_tag} is not in the registry"],
                         hint=f"build and push it: `imgbuild {target} --push --registry "
                              f"{repo.name}`")
-    got = registry.pull(client, plan.ref())
+    got = registry.pull(client, plan.ref(), want)
     if got != want:
         raise JobFailed(f"pulled {plan.ref()} by digest {got}, but the registry holds {want}",
                         hint="the tag moved during the pull; pull again")
     img = client.images.get(plan.ref())
+    verified = attest.verify(repo, plan.content_tag, lock=ws.target(plan.target).lock())
+    mismatch = [(c, d) for c, ok, d in verified.checks if not ok and d != "none stored"]
+    if mismatch:
+        raise JobFailed(f"{plan.ref()} does not verify", facts=[f"{c}: {d}" for c, d in mismatch],
+                        hint="the registry holds something other than what was built; rebuild "
+                             f"and push it: `imgbuild {target} --push --registry {repo.name}`")
     report = registry.fetch_report(repo, got)
     if report is not None and (report.get("ok") or report.get("forced")):
         for t in plan.tags:
             img.tag(plan.repository, t)
-    return PullOutcome(plan, plan.ref(), got, want, report)
+    return PullOutcome(plan, plan.ref(), got, want, report, verified)

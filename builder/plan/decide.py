@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 
 from .. import smokemodel
+from ..catalog.indexes import strip_credentials
 from ..catalog.models import ModelProfile
 from ..catalog.targets import Target
 from ..errors import InputError
@@ -74,7 +75,9 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         # Patches images/patches/ knows for the locked versions, listed by the target or not:
         # the smoke test fails an image that lacks one (an affected release without its fix).
         needed_patches=patchset.expected_applied(tuple(known), lock, known),
-        extra_index_urls=req.extra_index_urls, smoke_model=target.smoke_model,
+        # Without credentials: the plan is shown, and its URLs reach the build as arguments.
+        extra_index_urls=tuple(strip_credentials(u) for u in req.extra_index_urls),
+        smoke_model=target.smoke_model,
         smoke_model_key=smoke_model_key(ws, target.smoke_model, resolve=resolve)
         if target.smoke_model else None,
         base_digest=_base_digest(cat, base, sel.base_image),

@@ -48,8 +48,11 @@ def pull(out: Output, o: PullOutcome) -> None:
                  else ("passed" if rep.get("ok") else "FAILED (tags moved with --force)"
                        if rep.get("forced") else "FAILED") + "; " + ", ".join(
                            f"{s_['name']} {s_['status']}" for s_ in rep.get("stages", [])))
-    kv(out.out, f"pulled {o.plan.target}", [("image", o.ref), ("digest", o.digest),
-                                           ("smoke", smoke_row), ("tags", "\n".join(o.plan.refs))])
+    rows = [("image", o.ref), ("digest", o.digest), ("smoke", smoke_row)]
+    if o.verified is not None:
+        rows.append(("verified", "\n".join(f"{'ok' if ok else 'NO'}  {c}: {d}"
+                                           for c, ok, d in o.verified.checks)))
+    kv(out.out, f"pulled {o.plan.target}", rows + [("tags", "\n".join(o.plan.refs))])
 
 
 def smoke(out: Output, image: str, rep: SmokeReport) -> None:
@@ -114,3 +117,13 @@ def smoke_model(out: Output, doc: dict) -> None:
             ("files", f"{doc['files']} ({doc['bytes'] / 1e6:.2f} MB)"),
             ("made with", ", ".join(f"{k} {v}" for k, v in (doc["versions"] or {}).items())),
             ("pushed", doc["pushed"] or "no")])
+
+
+def verification(out: Output, v) -> None:
+    """v: image.attest.Verification."""
+    if out.json:
+        out.print_json(v.to_dict())
+        return
+    table(out.out, f"verify {v.ref}: {'ok' if v.ok else 'FAILED'} ({v.digest})",
+          ["check", "result", "detail"],
+          [[c, "ok" if ok else "FAILED", d] for c, ok, d in v.checks])

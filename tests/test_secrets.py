@@ -1,0 +1,176 @@
+"""No secret reaches a place it can leak from. A target takes torch and a package of its own
+from a private index that asks for a password (a Basic-auth gate in front of pypiserver, on an
+address the build container reaches); the spec names it as `http://probe:SECRET@HOST/simple/`.
+The lock, the build and the smoke test work, and SECRET is in none of: the image's history,
+its inspect document, the `docker save` tarball (every layer), the build log, `plan --json`,
+the Bake file, the lockfile."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+
+from .conftest import ROOT
+from .registries import free_port
+from .wheelfactory import LocalIndex, WheelSpec
+
+pytestmark = pytest.mark.docker
+
+
+def host_address() -> str | None:
+    """An address of this machine that a container reaches (not loopback)."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    return next((a for a in out if a.count(".") == 3 and not a.startswith("127.")), None)
+
+
+class Gate:
+    """HTTP Basic auth in front of a local index: 401 without the password, else forwarded."""
+
+    def __init__(self, upstream: str, user: str, password: str, addr: str):
+        self.seen: list[tuple[str, bool]] = []
+        want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _forward(self, method: str) -> None:
+                ok = self.headers.get("Authorization") == want
+                gate.seen.append((self.path, ok))
+                if not ok:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="private"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                headers = {k: self.headers[k] for k in ("Range", "Accept") if k in self.headers}
+                r = requests.request(method, upstream + self.path, headers=headers, stream=True,
+                                     allow_redirects=False, timeout=60)
+                self.send_response(r.status_code)
+                for k in ("Content-Type", "Content-Length", "Location", "Content-Range",
+                          "Accept-Ranges", "ETag", "Last-Modified"):
+                    if k in r.headers:
+                        self.send_header(k, r.headers[k])
+                self.end_headers()
+                if method == "GET":
+                    for chunk in r.iter_content(1 << 20):
+                        self.wfile.write(chunk)
+
+            def do_GET(self):
+                self._forward("GET")
+
+            def do_HEAD(self):
+                self._forward("HEAD")
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer((addr, self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_repo,
+                                                             docker_client):
+    addr = host_address()
+    if addr is None:
+        pytest.skip("skipped: this machine has no non-loopback IPv4 address for the build")
+    torch = next(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"), None) \
+        if Path("/opt/wheels").is_dir() else None
+    if torch is None:
+        pytest.skip("skipped: no CPU torch wheel on this machine (/opt/wheels)")
+    secret = "s3cr3t-" + secrets.token_hex(6)
+    ix = LocalIndex(tmp_path / "index")
+    os.link(torch, ix.root / torch.name)
+    ix.add(WheelSpec("imgbuild-probe", "1.0", files={"imgbuild_probe/__init__.py": "X = 1\n"}))
+    ix.start()
+    gate = Gate(ix.url.removesuffix("/simple/"), "probe", secret, addr)
+    try:
+        images = tmp_path / "images"
+        shutil.copytree(ROOT / "images", images)
+        shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
+        url = f"http://probe:{secret}@{addr}:{gate.port}/simple/"
+        spec = (images / "tiny-cpu.yaml").read_text()
+        spec = spec.replace("  - safetensors\n", "  - safetensors\n  - imgbuild-probe==1.0\n")
+        spec = spec.replace("url: https://download.pytorch.org/whl/cpu", f"url: {url}")
+        spec = spec.replace("packages: [torch]", "packages: [torch, imgbuild-probe]")
+        spec = spec.replace("  The demo:", "  The demo from a private index:")
+        (images / "tiny-secret.yaml").write_text(spec)
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        env = {k: v for k, v in os.environ.items() if k != "IMGBUILD_WHEELS"}
+        env |= {"UV_PYTHON_DOWNLOADS": "never", "HF_HUB_OFFLINE": "1"}
+        loc = ["--images", str(images)]
+
+        def imgbuild(*args: str) -> subprocess.CompletedProcess:
+            r = subprocess.run([sys.executable, "-m", "builder.cli", *args, *loc], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=1800)
+            assert secret not in r.stdout + r.stderr, args
+            return r
+
+        r = imgbuild("lock", "tiny-secret")
+        assert r.returncode == 0, r.stderr[-3000:]
+        lock_text = next((tmp_path / "lockfiles").glob("tiny-secret.*.txt")).read_text()
+        assert "imgbuild-probe==1.0" in lock_text and "torch==2.13.0+cpu" in lock_text
+        plan = imgbuild("plan", "tiny-secret", "--no-checks", "--json", "--registry",
+                        registry_repo)
+        assert plan.returncode == 0, plan.stderr[-2000:]
+        assert f"http://{addr}:{gate.port}/simple/" in json.loads(plan.stdout)["extra_index_urls"]
+        bake = imgbuild("matrix", "--format", "bake")
+        assert bake.returncode == 0 and "tiny-secret" in bake.stdout, bake.stderr[-2000:]
+        before = len(gate.seen)
+        r = imgbuild("tiny-secret", "--registry", registry_repo, "--no-cache", "--json",
+                     "--log-dir", str(logs))
+        assert r.returncode == 0, r.stderr[-3000:]
+        built = json.loads(r.stdout)
+        assert built["smoke"]["ok"]
+        # The build asked the private index, and it let the build in: the netrc secret worked.
+        assert any(ok and p.endswith(".whl") for p, ok in gate.seen[before:]), gate.seen[-5:]
+        ref = built["content_tag"]
+        history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,
+                                 text=True, check=True).stdout
+        assert "IMGBUILD_INDEX_FLAGS" in history  # the build argument is there, without it
+        inspect = subprocess.run(["docker", "image", "inspect", ref], capture_output=True,
+                                 text=True, check=True).stdout
+        saved = tmp_path / "image.tar"
+        subprocess.run(["docker", "save", "-o", str(saved), ref], check=True)
+        places = {"history": history, "inspect": inspect, "lock": lock_text,
+                  "plan --json": plan.stdout, "bake": bake.stdout,
+                  "build log": "".join(p.read_text() for p in logs.iterdir())}
+        assert places["build log"]
+        leaked = [k for k, v in places.items() if secret in v]
+        assert leaked == []
+        # Every byte of every layer (the tarball holds each layer's tar as it is stored).
+        assert secret.encode() not in saved.read_bytes()
+    finally:
+        gate.stop()
+        ix.stop()
+        for t in docker_client.images.list(name=registry_repo):
+            for tag in t.tags:
+                if "tiny-secret" in tag:
+                    docker_client.images.remove(tag, force=True)
+
+
+def test_credentials_are_no_input_of_a_lock():
+    from builder.lock.lockfile import LockRequest
+
+    a = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("x",), (),
+                    ("https://u:one@idx.example/simple/",))
+    b = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("x",), (),
+                    ("https://u:two@idx.example/simple/",))
+    c = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("x",), (),
+                    ("https://other.example/simple/",))
+    assert a.inputs_hash() == b.inputs_hash() != c.inputs_hash()
