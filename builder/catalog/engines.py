@@ -10,8 +10,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..errors import InputError, SpecError
-from .schema import Doc, read_yaml, rel
+from ..errors import SpecError
+from .schema import Doc, read_table
 
 ENGINE_FILES = ("checks/engines.yaml",)
 MATCHERS = ("substring", "suffix", "exact")
@@ -84,15 +84,8 @@ def _mapping(doc: Doc, key: str) -> dict[str, tuple[str, ...]]:
 
 def load_engines(images: Path) -> EngineTable:
     """Read and validate images/checks/engines.yaml; errors name the file, key and expectation."""
-    root = Path(images)
-    path = next((root / f for f in ENGINE_FILES if (root / f).is_file()), None)
-    if path is None:
-        raise InputError(f"no engine behaviours under {root}",
-                         facts=[f"looked for {', '.join(str(root / f) for f in ENGINE_FILES)}"],
-                         hint="pass --images DIR with checks/engines.yaml in it (the "
-                              "checkout's images/ has one)")
-    where = rel(path, root)
-    doc = Doc(where, read_yaml(path, root))
+    doc = read_table(images, ENGINE_FILES, "engine behaviours")
+    where = doc.path
     doc.reject_unknown({"fused_projections", "engines"})
     fused = _mapping(doc, "fused_projections")
     engines: dict[str, EngineData] = {}

@@ -14,8 +14,8 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ..errors import InputError, SpecError
-from .schema import Doc, read_yaml, rel
+from ..errors import SpecError
+from .schema import Doc, read_table
 
 # Relative to images/: images/*.yaml are all read as targets, so checks live one level down.
 FAILURE_FILE = "checks/failures.yaml"
@@ -135,17 +135,6 @@ ALT_KEYS = {"regex", "contains", "near", "severity"}
 NEAR_KEYS = {"regex", "contains", "before", "after", "role"}
 
 
-def _failure_file(images: Path | str) -> tuple[Path, Path]:
-    root = Path(images)
-    path = root / FAILURE_FILE
-    if not path.is_file():
-        raise InputError(f"no failure fingerprints under {root}",
-                         facts=[f"looked for {path}"],
-                         hint="pass --images DIR with checks/failures.yaml in it (the "
-                              "checkout's images/ has one)")
-    return root, path
-
-
 def load_fingerprints(images: Path | str) -> tuple[Fingerprint, ...]:
     """Read and validate images/checks/failures.yaml; errors name the file, key and expectation."""
     return load_failures(images).fingerprints
@@ -158,9 +147,8 @@ def load_prefixes(images: Path | str) -> tuple[LogPrefix, ...]:
 
 def load_failures(images: Path | str) -> FailureCatalog:
     """Read and validate images/checks/failures.yaml (the Workspace reads it once a command)."""
-    rootp, p = _failure_file(images)
-    where = rel(p, rootp)
-    doc = Doc(where, read_yaml(p, rootp))
+    doc = read_table(images, (FAILURE_FILE,), "failure fingerprints")
+    where = doc.path
     doc.reject_unknown({"prefixes", "failures"})
     prefixes = []
     for i, raw in enumerate(doc.get("prefixes", list, [], what="a list of log prefixes")):

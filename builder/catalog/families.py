@@ -11,8 +11,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ..errors import InputError, SpecError
-from .schema import Doc, read_yaml, rel
+from ..errors import SpecError
+from .schema import read_table
 
 # Where the families live, relative to images/. images/*.yaml are all read as targets by
 # catalog.load_catalog, so the file sits one level down; images/drift.yaml is read too if a
@@ -56,15 +56,8 @@ FAMILY_KEYS = {"name", "provider", "modules", "class", "kind", "consumers", "ref
 
 def load_families(images: Path) -> tuple[SymbolFamily, ...]:
     """Read and validate the families; errors name the file, the key and what was expected."""
-    root = Path(images)
-    path = next((root / f for f in FAMILY_FILES if (root / f).is_file()), None)
-    if path is None:
-        raise InputError(f"no symbol families under {root}",
-                         facts=[f"looked for {', '.join(str(root / f) for f in FAMILY_FILES)}"],
-                         hint="pass --images DIR with checks/drift.yaml in it "
-                              "(the checkout's images/ has one)")
-    where = rel(path, root)
-    doc = Doc(where, read_yaml(path, root))
+    doc = read_table(images, FAMILY_FILES, "symbol families")
+    where = doc.path
     doc.reject_unknown({"families"})
     out: list[SymbolFamily] = []
     for i, raw in enumerate(doc.get("families", list, what="a list of symbol families")):

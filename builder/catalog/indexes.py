@@ -35,6 +35,14 @@ def strip_credentials(url: str) -> str:
     return urlunsplit(p._replace(netloc=host))
 
 
+def redact(url: str) -> str:
+    """The URL with its credentials shown as `***` (for messages: it says there were some)."""
+    p = urlsplit(url)
+    if not (p.username or p.password):
+        return url
+    return urlunsplit(p._replace(netloc="***@" + urlsplit(strip_credentials(url)).netloc))
+
+
 def credential_of(url: str) -> IndexCredential | None:
     p = urlsplit(url)
     if not (p.username or p.password):

@@ -107,3 +107,17 @@ def unknown(kind: str, name: str, known, cmd: str = "imgbuild list") -> InputErr
     facts = [f"known {kind}s: " + ", ".join(sorted(known))]
     hint = f"did you mean '{close[0]}'?" if close else f"see `{cmd}`"
     return InputError(f"unknown {kind} '{name}'", facts=facts, hint=hint)
+
+
+def read_table(images: Path, names: tuple[str, ...], what: str) -> Doc:
+    """One of the tables under images/ (the first of `names`, relative to it), read as a Doc;
+    an InputError that says what is missing and where it was looked for."""
+    root = Path(images)
+    path = next((root / n for n in names if (root / n).is_file()), None)
+    if path is None:
+        raise InputError(f"no {what} under {root}",
+                         facts=[f"looked for {', '.join(str(root / n) for n in names)}"],
+                         hint=f"pass --images DIR with {names[0]} in it (the checkout's "
+                              "images/ has one)")
+    where = rel(path, root)
+    return Doc(where, read_yaml(path, root))

@@ -42,6 +42,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from ..catalog.catalog import Catalog, load_catalog
+from ..catalog.indexes import redact
 from ..catalog.targets import Target
 from ..errors import EnvError, ImgbuildError, InputError, LockError, ResolveError
 from ..fsutil import atomic_write_text
@@ -241,17 +242,10 @@ class _Versions:
                 try:
                     found |= set(index_versions(name, u))
                 except requests.RequestException as e:
-                    errors.append(f"{_redact(u)} not checked for {name}: unreachable "
+                    errors.append(f"{redact(u)} not checked for {name}: unreachable "
                                   f"({type(e).__name__})")
             self._memo[key] = (sorted(found), errors)
         return self._memo[key]
-
-
-def _redact(url: str) -> str:
-    p = urlsplit(url)
-    if p.username or p.password:
-        return url.replace(p.netloc, f"***@{p.hostname}" + (f":{p.port}" if p.port else ""))
-    return url
 
 
 def _indexes(target: Target, index_urls: tuple[str, ...] | None) -> tuple[str, ...]:

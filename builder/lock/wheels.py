@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
+from urllib.parse import urldefrag, urljoin
 
 import requests
 from packaging.tags import Tag, cpython_tags
@@ -45,6 +45,7 @@ from packaging.tags import compatible_tags as _compat
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ..catalog.indexes import redact
 from ..errors import EnvError, JobFailed
 from ..fsutil import atomic_write_text
 from .lockfile import LockedPackage
@@ -88,17 +89,6 @@ def index_urls(extra: Iterable[str] = ()) -> tuple[str, ...]:
         if u not in out:
             out.append(u)
     return tuple(out)
-
-
-def _redact(url: str) -> str:
-    """An index URL with its credentials replaced, for messages."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"***@{host}"))
-    return url
 
 
 _local = threading.local()
@@ -232,21 +222,21 @@ def project_files(name: str, index_url: str) -> list[IndexFile]:
         r = _session().get(page, headers={"Accept": ACCEPT}, timeout=TIMEOUT)
     except requests.RequestException as e:
         raise IndexUnreachable(
-            f"the package index {_redact(index_url)} is unreachable",
-            facts=[f"GET {_redact(page)} failed: {type(e).__name__}: {str(e)[:200]}"],
+            f"the package index {redact(index_url)} is unreachable",
+            facts=[f"GET {redact(page)} failed: {type(e).__name__}: {str(e)[:200]}"],
             hint="check the network (proxy, CA bundle), or point UV_INDEX_URL at a reachable "
                  "mirror of PyPI") from None
     if r.status_code == 404:
         files: list[IndexFile] = []
     elif r.status_code in (401, 403):
         raise IndexUnreachable(
-            f"the package index {_redact(index_url)} refused access ({r.status_code})",
-            facts=[f"GET {_redact(page)} -> {r.status_code}"],
+            f"the package index {redact(index_url)} refused access ({r.status_code})",
+            facts=[f"GET {redact(page)} -> {r.status_code}"],
             hint="put the index's credentials in the URL (UV_INDEX_URL) or a .netrc")
     elif r.status_code != 200:
         raise IndexUnreachable(
-            f"the package index {_redact(index_url)} answered {r.status_code}",
-            facts=[f"GET {_redact(page)} -> {r.status_code} {r.reason}"],
+            f"the package index {redact(index_url)} answered {r.status_code}",
+            facts=[f"GET {redact(page)} -> {r.status_code} {r.reason}"],
             hint="try again later, or point UV_INDEX_URL at another mirror")
     elif r.headers.get("Content-Type", "").startswith("application/vnd.pypi.simple.v1+json"):
         files = _parse_json(r.json(), r.url, index_url)
@@ -344,7 +334,7 @@ def locate_locked(pkg: LockedPackage, index_urls: Iterable[str] = (), *,
         facts=[f"the lock pins {pkg.name}=={pkg.version} with "
                + ", ".join(h[:19] + "…" for h in pkg.hashes[:4])
                + (f" and {len(pkg.hashes) - 4} more" if len(pkg.hashes) > 4 else ""),
-               f"indexes asked: {', '.join(_redact(u) for u in urls)}",
+               f"indexes asked: {', '.join(redact(u) for u in urls)}",
                (f"the index lists {listed}" if listed
                 else f"the index lists no wheel of {pkg.name} {pkg.version}")],
         hint="the lock was made against another index, or the file was replaced: regenerate the "
@@ -544,7 +534,7 @@ def _download(resp: requests.Response, f: IndexFile, expect: set[str] | None,
         if expect is not None and got not in expect:
             raise JobFailed(
                 f"{f.filename} does not have a hash the lock pins for {what}",
-                facts=[f"downloaded from {_redact(f.url)}", f"its sha256 is {got}",
+                facts=[f"downloaded from {redact(f.url)}", f"its sha256 is {got}",
                        "the lock pins " + ", ".join(sorted(expect)[:4])],
                 hint="the index serves a different file than the one locked; regenerate the "
                      "lock, or check for a proxy that rewrites downloads")
@@ -593,7 +583,7 @@ def open_file(f: IndexFile, *, expect: set[str] | None, what: str,
     with resp:
         if resp.status_code != 200:
             raise EnvError(f"cannot download {f.filename}: the index answered {resp.status_code}",
-                           facts=[f"GET {_redact(f.url)} -> {resp.status_code} {resp.reason}"],
+                           facts=[f"GET {redact(f.url)} -> {resp.status_code} {resp.reason}"],
                            hint="try again later, or point UV_INDEX_URL at another mirror")
         # 200: a full download, asked for or because the server ignored Range.
         if f.sha256:
@@ -609,7 +599,7 @@ def _get(f: IndexFile, headers: dict[str, str]) -> requests.Response:
         return _session().get(f.url, headers=headers, stream=True, timeout=TIMEOUT)
     except requests.RequestException as e:
         raise EnvError(f"cannot download {f.filename}",
-                       facts=[f"GET {_redact(f.url)} failed: {type(e).__name__}: {str(e)[:200]}"],
+                       facts=[f"GET {redact(f.url)} failed: {type(e).__name__}: {str(e)[:200]}"],
                        hint="check the network, then run the command again") from None
 
 
@@ -635,7 +625,7 @@ def fetch_version(name: str, version: str | Version, index_urls: Iterable[str] =
             [f for f in _all_files(name, urls) if f.version == v]
     if not files:
         raise JobFailed(f"no wheel of {canonicalize_name(name)} {v} on the index",
-                        facts=[f"indexes asked: {', '.join(_redact(u) for u in urls)}"],
+                        facts=[f"indexes asked: {', '.join(redact(u) for u in urls)}"],
                         hint="the version may exist only as an sdist; pick another version")
     f = min(files, key=lambda f: _rank(f, frozenset()))
     return open_file(f, expect=None, what=f"{canonicalize_name(name)}=={v}", mode=mode)
