@@ -50,6 +50,7 @@ def basic(tmp_path, docker_client):
         "realm": "imgbuild-test", "path": str(htpasswd(tmp_path / "htpasswd", users))}}).start()
     yield reg, users
     reg.stop()
+    shutil.rmtree(reg.root, ignore_errors=True)
 
 
 def test_basic_auth_push_pull_and_a_wrong_password(basic, tmp_path):
@@ -79,6 +80,31 @@ def test_basic_auth_push_pull_and_a_wrong_password(basic, tmp_path):
     assert f"registry {reg.host} refused the credentials for user 'alice'" in said(r)
     assert str(wrong / "config.json") in said(r)
     assert secret not in r.stdout + r.stderr
+    # A credential helper (credHelpers), as GHCR/ECR users configure: a real executable that
+    # speaks the docker-credential protocol, found on PATH by the docker SDK's lookup.
+    helped = tmp_path / "helped"
+    helped.mkdir()
+    (helped / "config.json").write_text(json.dumps({"credHelpers": {reg.host: "imgbuildtest"}}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-imgbuildtest"
+    answer = json.dumps({"ServerURL": reg.host, "Username": "alice",
+                         "Secret": users["alice"]})
+    helper.write_text(f"#!/bin/sh\n[ \"$1\" = get ] || exit 1\ncat >/dev/null\n"
+                      f"echo '{answer}'\n")
+    helper.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "pull", "tiny-cpu", "--registry",
+                        repo, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, DOCKER_CONFIG=str(helped), PATH=path))
+    assert r.returncode == 0, said(r)[-2000:]
+    helper.write_text(helper.read_text().replace(users["alice"], "not-" + users["alice"]))
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "pull", "tiny-cpu", "--registry",
+                        repo], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, DOCKER_CONFIG=str(helped), PATH=path))
+    assert r.returncode == 3, said(r)
+    assert "credential helper docker-credential-imgbuildtest" in said(r)
+    assert users["alice"] not in r.stdout + r.stderr
 
 
 @pytest.fixture()
@@ -92,6 +118,7 @@ def token(tmp_path, docker_client):
     yield reg, issuer, accounts
     reg.stop()
     issuer.stop()
+    shutil.rmtree(reg.root, ignore_errors=True)
 
 
 def test_token_auth_pull_only_account_pulls_and_may_not_push(token, tmp_path):
@@ -132,6 +159,7 @@ def tls(tmp_path, docker_client):
     yield reg, certs_d
     reg.stop()
     shutil.rmtree(certs_d, ignore_errors=True)
+    shutil.rmtree(reg.root, ignore_errors=True)
 
 
 def test_tls_with_the_ca_in_certs_d(tls, tmp_path):
@@ -207,3 +235,4 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
         assert manifest_digest(r, "tiny-cpu") == manifest_digest(r, content) is not None
     finally:
         reg.stop()
+        shutil.rmtree(reg.root, ignore_errors=True)
