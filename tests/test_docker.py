@@ -285,3 +285,39 @@ def test_refresh_digests_pins_cuda_bases_from_a_mirror(base_image, images_copy, 
                      "--images", str(images_copy))
     assert r.returncode == 3 and "unreachable" in r.stderr
     assert (images_copy / "bases.yaml").read_bytes() == before
+
+
+def test_a_base_that_cannot_be_pulled_is_an_environment_error(images_copy, tmp_path):
+    """FROM an image on a registry this machine cannot reach: exit 3 naming the base and the
+    ways out, not "docker build failed"."""
+    bases = images_copy / "bases.yaml"
+    text = bases.read_text()
+    start = text.index("  debian-bookworm:\n")
+    end = text.index("  ubuntu24.04:\n")
+    bases.write_text(text[:start] + '''  debian-bookworm:
+    image: 127.0.0.1:9/unreachable/debian:bookworm
+    name: Debian 12 (bookworm)
+    glibc: "2.36"
+    python: "3.11"
+''' + text[end:])
+    r = run_imgbuild("tiny-cpu", "--images", str(images_copy), "--registry", "imgbuild-nobase",
+                     "--no-smoke")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 3, said[-2000:]
+    assert "the base image 127.0.0.1:9/unreachable/debian:bookworm cannot be pulled" in said
+    assert "registry-mirrors" in said and "--flavor slim" in said
+    assert "Traceback" not in said
+
+
+@pytest.mark.live
+def test_the_headline_command_says_why_it_cannot_build_here():
+    """`imgbuild sglang-blackwell --model k2.6` where Docker Hub is out of reach (these
+    machines): the nvidia/cuda base cannot be pulled, exit 3 with the ways out."""
+    r = run_imgbuild("sglang-blackwell", "--model", "k2.6", "--no-smoke", "--registry",
+                     "imgbuild-headline")
+    said = " ".join(r.stderr.split())
+    if r.returncode == 0:
+        pytest.skip("skipped: Docker Hub is reachable here; the headline image built")
+    assert r.returncode == 3, said[-2000:]
+    assert "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:" in said
+    assert "cannot be pulled" in said and "--flavor slim" in said

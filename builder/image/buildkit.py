@@ -93,6 +93,9 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                        if any(" ERROR" in ln for ln in lines)), None)
         step_tail = list(by_step.get(failed, tail)) if failed else list(tail)
         title = titles.get(failed or "", "the build")
+        unpullable = _unpullable_base(plan, step_tail)
+        if unpullable is not None:
+            raise unpullable
         raise JobFailed(f"docker build failed at {title} (exit code {rc})",
                         facts=[f"image {plan.ref()} was not tagged"],
                         hint="the log tail above shows the failing step"
@@ -100,3 +103,27 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                         log_tail=step_tail)
     image_id = iid.read_text().strip() if iid.exists() else ""
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)))
+
+
+# What BuildKit says when it cannot fetch a FROM image's metadata: the network, DNS, a proxy,
+# or the registry's refusal. None of these is the build's fault.
+_METADATA = re.compile(r"load metadata for (\S+)")
+_UNREACHABLE = re.compile(r"no such host|i/o timeout|connection refused|network is unreachable|"
+                          r"TLS handshake timeout|pull access denied|unauthorized|"
+                          r"failed to do request|server misbehaving", re.I)
+
+
+def _unpullable_base(plan: Plan, lines: list[str]) -> EnvError | None:
+    """The base image could not be pulled: an environment problem (exit 3) with the ways out."""
+    text = "\n".join(lines)
+    m = _METADATA.search(text)
+    if m is None or " ERROR" not in text or not _UNREACHABLE.search(text):
+        return None
+    error = next((ln.split(" ERROR: ", 1)[-1] for ln in lines if " ERROR" in ln), "")
+    return EnvError(
+        f"the base image {plan.base_image} cannot be pulled from this machine",
+        facts=[f"BuildKit: load metadata for {m.group(1)}: {error[:300]}",
+               f"target {plan.target} builds FROM it ({plan.flavor} flavor)"],
+        hint="give the Engine a registry mirror that holds it (`registry-mirrors` in "
+             "/etc/docker/daemon.json); or build the slim flavor (`--flavor slim`: CUDA from "
+             "the torch wheels, on a base made here)")
