@@ -18,6 +18,7 @@ from .catalog.catalog import Catalog, load_catalog
 from .catalog.engines import EngineTable, load_engines
 from .catalog.failures import FailureCatalog, load_failures
 from .catalog.families import SymbolFamily, load_families
+from .catalog.kernels import EngineKernels, load_kernel_rules
 from .catalog.patches import Patch, load_patches
 from .catalog.targets import Target
 from .errors import InputError
@@ -113,6 +114,10 @@ class Workspace:
         return load_families(self.images)
 
     @cached_property
+    def kernel_rules(self) -> dict[str, EngineKernels]:
+        return load_kernel_rules(self.images)
+
+    @cached_property
     def failures(self) -> FailureCatalog:
         return load_failures(self.images)
 
@@ -120,7 +125,7 @@ class Workspace:
         """A target by name (an unknown one is an error with the closest name), with its lock
         request and lock path."""
         t = self.catalog.target(name)
-        req = lock_request(t, self.catalog.base(t.os))
+        req = lock_request(t, self.catalog.base(t.os), self.catalog.toolchain)
         path = self.lockfiles / req.filename()
         return TargetRef(t, req, path, self.display(path))
 

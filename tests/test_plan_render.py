@@ -56,7 +56,15 @@ def test_labels_carry_lock_hash_archs_cuda_patches(cat):
     assert labels["org.opencontainers.image.base.name"] == p.base_image
     text = render.dockerfile(p)
     assert f'io.imgbuild.lock.hash="{p.lock_hash}"' in text
-    assert "apt-get install" in text and "python3.12" in text  # CUDA bases bring no python
+    # devel: the host compiler and headers from the OS, the toolkit from the lock as CUDA_HOME.
+    assert "apt-get install -y --no-install-recommends g++ python3-dev" in text
+    assert f"ENV CUDA_HOME={p.cuda_home} " in text and "-soname,libcuda.so.1" in text
+    assert text.index("heavy.txt") < text.index("ENV CUDA_HOME") < text.index("rest.txt")
+    assert labels["io.imgbuild.kernels.sm120"].startswith("flash-attn-4=jit,")
+    assert "sglang-kernel=sass" in labels["io.imgbuild.kernels.sm120"]
+    hopper = render.dockerfile(plan(cat, "sglang-hopper", model="k2.6"))
+    assert "apt-get install" in hopper and "python3.12" in hopper  # CUDA bases bring no python
+    assert "CUDA_HOME" not in hopper  # cuda-devel: nvidia/cuda's own toolkit
     assert '"sglang.launch_server"' in text and '"kimi_k2"' in text
 
 

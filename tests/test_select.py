@@ -68,12 +68,17 @@ def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
         labels = dict(p.labels)
         assert labels["io.imgbuild.driver-min"] == floor
         assert labels["io.imgbuild.flavor"] == p.flavor
-        if p.flavor == "devel":
+        if p.flavor == "cuda-devel":
             tag = cat.cuda_images.tag(cuda, "cudnn-devel", p.base)
             assert p.base_image.split("@")[0] == tag  # pinned by digest where one is recorded
             assert p.base_digest == cat.cuda_images.digests.get(tag)
         else:
             assert p.base_image == cat.base(p.base).image
+        # devel: the toolkit is in the lock, at torch's CUDA, and the image's CUDA_HOME is it.
+        assert (p.cuda_home is not None) == (p.flavor == "devel"), name
+        if p.flavor == "devel":
+            assert p.nvcc.startswith(cuda + "."), name
+            assert p.cuda_home.endswith(f"/site-packages/nvidia/cu{cuda.split('.')[0]}")
 
 
 def test_blackwell_reasoning_reads_like_the_issue(cat):
@@ -81,9 +86,40 @@ def test_blackwell_reasoning_reads_like_the_issue(cat):
     assert p.selection == (
         "sm100 needs CUDA ≥ 12.8", "sm120 needs CUDA ≥ 12.8",
         "torch 2.14.1 on PyPI is built for CUDA 13.0",
-        "→ nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:c2621d98e7de80c2aec5eb8403b19c67454c"
-        "8f5b0c929e8588fd3563c9b6558d (devel: nvcc for FlashInfer/DeepGEMM JIT)",
+        "nvcc 13.0.88 (nvidia-cuda-nvcc) matches torch's CUDA 13.0",
+        "→ imgbuild-base:debian-bookworm-py3.11 + nvcc 13.0.88 from NVIDIA's wheels (devel: for "
+        "FlashInfer/DeepGEMM JIT; builds from the OS mirror and PyPI alone)",
         "driver ≥ 580.65.06 (CUDA 13.0)")
+    # nvidia/cuda publishes no Debian images: the cuda-devel flavor of this target says so and
+    # names the flavors that do build.
+    with pytest.raises(InputError) as e:
+        select(cat, cat.target("sglang-blackwell"), archs=("sm100", "sm120"),
+               flavor="cuda-devel", lock=WS.target("sglang-blackwell").lock(), model=None)
+    assert e.value.message == "no nvidia/cuda cudnn-devel image for CUDA 13.0 on debian-bookworm"
+    assert "--flavor devel" in e.value.hint
+    # On an OS it does publish for, cuda-devel is nvidia/cuda's image, by digest.
+    sel = select(cat, cat.target("sglang-hopper"), archs=("sm90",), flavor="cuda-devel",
+                 lock=WS.target("sglang-hopper").lock(), model=None)
+    assert sel.base_image.startswith("nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04@sha256:")
+    assert sel.toolkit_dir is None
+
+
+def test_devel_refuses_an_nvcc_of_another_cuda(cat):
+    lock = WS.target("sglang-blackwell").lock()
+    pkgs = tuple(p for p in lock.packages if p.name != "nvidia-cuda-nvcc") + (
+        LockedPackage("nvidia-cuda-nvcc", "13.5.37", ("sha256:" + "0" * 64,)),)
+    with pytest.raises(InputError) as e:
+        select(cat, cat.target("sglang-blackwell"), archs=("sm100",), flavor="devel",
+               lock=dataclasses.replace(lock, packages=pkgs), model=None)
+    assert e.value.message == "the lock's nvcc is CUDA 13.5, but torch is built for CUDA 13.0"
+    assert "cuda-toolkit==13.0.*" in e.value.hint
+    # A devel flavor asked of a lock without the toolkit (a slim target, --flavor devel).
+    lock = dataclasses.replace(lock, packages=tuple(p for p in lock.packages
+                                                    if p.name != "nvidia-cuda-nvcc"))
+    with pytest.raises(InputError) as e:
+        select(cat, cat.target("sglang-blackwell"), archs=("sm100",), flavor="devel",
+               lock=lock, model=None)
+    assert "the devel flavor needs nvcc in the lock" in e.value.message
 
 
 def _lock_with_torch(cat, version):
@@ -96,15 +132,14 @@ def _lock_with_torch(cat, version):
 def test_sm121_on_a_cuda_128_torch_is_refused(cat):
     t = cat.target("sglang-blackwell")
     with pytest.raises(InputError) as e:
-        select(cat, t, archs=("sm121",), flavor="devel", lock=_lock_with_torch(cat, "2.10.0"),
+        select(cat, t, archs=("sm121",), flavor="slim", lock=_lock_with_torch(cat, "2.10.0"),
                model=None)
     assert e.value.message == "sm121 needs CUDA ≥ 12.9, but torch 2.10.0 is built for CUDA 12.8"
     assert "+cu130" in e.value.hint
     # The same arch on torch 2.14.1 (CUDA 13.0) is fine, through sm120's code.
-    sel = select(cat, t, archs=("sm121",), flavor="devel", lock=_lock_with_torch(cat, "2.14.1"),
+    sel = select(cat, t, archs=("sm121",), flavor="slim", lock=_lock_with_torch(cat, "2.14.1"),
                  model=None)
     assert sel.cuda == "13.0"
-    assert "sm121 runs torch's sm120 code (same major, newer minor)" in sel.reasoning
     # A +cu130 local build of an older torch is read from its tag.
     sel = select(cat, t, archs=("sm121",), flavor="slim", lock=_lock_with_torch(cat, "2.10.0+cu130"),
                  model=None)
@@ -113,20 +148,9 @@ def test_sm121_on_a_cuda_128_torch_is_refused(cat):
 
 def test_cuda_13_no_longer_builds_volta(cat):
     with pytest.raises(InputError) as e:
-        select(cat, cat.target("sglang-hopper"), archs=("sm70",), flavor="devel",
+        select(cat, cat.target("sglang-hopper"), archs=("sm70",), flavor="cuda-devel",
                lock=_lock_with_torch(cat, "2.14.1"), model=None)
     assert e.value.message == "CUDA 13.0 no longer compiles for sm70"
-
-
-def test_torch_without_code_for_an_arch_is_refused(cat):
-    sass = dict(cat.torch[1].sass)
-    sass["13.0"] = tuple(a for a in sass["13.0"] if a != "sm120")
-    cat2 = dataclasses.replace(cat, torch=(cat.torch[0], dataclasses.replace(cat.torch[1], sass=sass),
-                                           cat.torch[2]))
-    with pytest.raises(InputError) as e:
-        select(cat2, cat.target("sglang-blackwell"), archs=("sm100", "sm120"), flavor="devel",
-               lock=_lock_with_torch(cat, "2.14.1"), model=None)
-    assert e.value.message == "torch 2.14.1 (CUDA 13.0) carries no code for sm120"
 
 
 def test_w4a4_nvfp4_model_on_hopper_only_is_refused(cat):
@@ -144,7 +168,8 @@ def test_cli_arch_and_flavor_overrides():
                      "--json", "--no-checks")
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)
-    assert p["archs"] == ["sm120"] and p["flavor"] == "slim" and p["base_image"] == "ubuntu:24.04"
+    assert p["archs"] == ["sm120"] and p["flavor"] == "slim"
+    assert p["base_image"] == "imgbuild-base:debian-bookworm-py3.11" and p["cuda_home"] is None
     assert p["labels"]["io.imgbuild.archs"] == "sm120"
     r = run_imgbuild("plan", "sglang-hopper", "--model", "tiny-nvfp4", "--no-checks")
     assert r.returncode == 2 and "w4a4 NVFP4" in r.stderr and "Traceback" not in r.stderr

@@ -15,6 +15,7 @@ from .hardware import (
     CudaImages,
     CudaInfo,
     Gpu,
+    Toolchain,
     TorchBuild,
     parse_bases,
     parse_cuda,
@@ -32,6 +33,7 @@ class Catalog:
     models: dict[str, ModelProfile] = field(hash=False)
     bases: dict[str, Base] = field(hash=False)
     cuda_images: CudaImages | None = field(default=None, hash=False)
+    toolchain: Toolchain | None = None
     cuda: dict[str, CudaInfo] = field(default_factory=dict, hash=False)
     base_archs: tuple[str, ...] = ()
     torch: tuple[TorchBuild, ...] = ()
@@ -69,7 +71,7 @@ def load_catalog(root: Path) -> Catalog:
         raise InputError(f"no images/ directory at {root}",
                          hint="pass --images DIR (or set IMGBUILD_IMAGES)")
     bases_path = root / "bases.yaml"
-    bases, cuda_images = parse_bases(read_yaml(bases_path, root), rel(bases_path, root))
+    bases, cuda_images, toolchain = parse_bases(read_yaml(bases_path, root), rel(bases_path, root))
     gpus, archs = parse_gpus(read_yaml(root / "gpus.yaml", root), rel(root / "gpus.yaml", root))
     cuda, base_archs, torch = parse_cuda(read_yaml(root / "cuda.yaml", root),
                                          rel(root / "cuda.yaml", root))
@@ -105,5 +107,5 @@ def load_catalog(root: Path) -> Catalog:
             raise SpecError(m.path, "generator.image", "a generator under images/generators/: "
                             + (", ".join(sorted(generators)) or "(none)"), m.generator_image)
     return Catalog(root=root, targets=targets, models=models, bases=bases,
-                   cuda_images=cuda_images, cuda=cuda, base_archs=base_archs, torch=torch,
+                   cuda_images=cuda_images, toolchain=toolchain, cuda=cuda, base_archs=base_archs, torch=torch,
                    gpus=gpus, archs=archs, generators=generators)

@@ -23,12 +23,24 @@ class Base:
     glibc: str
     python: str
     python_packages: tuple[str, ...] = ()  # OS packages that provide python
+    # OS packages the devel flavor adds: the host compiler nvcc drives, the Python headers
+    # torch's cpp_extension builds against.
+    devel_packages: tuple[str, ...] = ()
     bootstrap: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     @property
     def manylinux(self) -> str:
         major, minor = self.glibc.split(".")
         return f"manylinux_{major}_{minor}"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The devel flavor's CUDA toolkit, from NVIDIA's wheels: what the lock adds, and the
+    wheel that tells its CUDA version."""
+
+    requirement: str  # cuda-toolkit[nvcc,cccl,cudart,crt]: torch's own pin decides the version
+    nvcc_package: str  # nvidia-cuda-nvcc: its version is the toolkit's CUDA
 
 
 @dataclass(frozen=True)
@@ -65,8 +77,6 @@ class TorchBuild:
     versions: str  # a PEP 440 specifier set over torch versions
     pypi_cuda: str
     variants: tuple[str, ...]
-    sass: dict[str, tuple[str, ...]] = field(hash=False, compare=False)
-    measured: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,12 +96,12 @@ class ArchInfo:
     fp8: bool
 
 
-OS_KEYS = {"image", "name", "glibc", "python", "python_packages", "bootstrap"}
+OS_KEYS = {"image", "name", "glibc", "python", "python_packages", "devel_packages", "bootstrap"}
 
 
-def parse_bases(data: Any, path: str) -> tuple[dict[str, Base], CudaImages]:
+def parse_bases(data: Any, path: str) -> tuple[dict[str, Base], CudaImages, Toolchain | None]:
     doc = Doc(path, data)
-    doc.reject_unknown({"os", "cuda_images"})
+    doc.reject_unknown({"os", "cuda_images", "toolchain"})
     out = {}
     for key, entry in doc.get("os", dict).items():
         bd = doc.sub(f"os.{key}", entry)
@@ -102,6 +112,7 @@ def parse_bases(data: Any, path: str) -> tuple[dict[str, Base], CudaImages]:
         out[key] = Base(
             key=key, image=bd.get("image", str), name=bd.get("name", str), glibc=glibc,
             python=bd.get("python", str), python_packages=bd.str_list("python_packages"),
+            devel_packages=bd.str_list("devel_packages"),
             bootstrap=bd.get("bootstrap", dict, None),
         )
     cd = doc.sub("cuda_images", doc.get("cuda_images", dict))
@@ -117,7 +128,12 @@ def parse_bases(data: Any, path: str) -> tuple[dict[str, Base], CudaImages]:
         releases.append(CudaRelease(rd.get("cuda", str), rd.get("tag_version", str), oss))
     images = CudaImages(cd.get("repository", str), cd.str_list("kinds"), tuple(releases),
                         dict(cd.get("digests", dict, {})))
-    return out, images
+    toolchain = None
+    if "toolchain" in (data or {}):
+        td = doc.sub("toolchain", doc.get("toolchain", dict))
+        td.reject_unknown({"requirement", "nvcc_package"})
+        toolchain = Toolchain(td.get("requirement", str), td.get("nvcc_package", str))
+    return out, images, toolchain
 
 
 def parse_gpus(data: Any, path: str) -> tuple[tuple[Gpu, ...], dict[str, ArchInfo]]:
@@ -154,16 +170,13 @@ def parse_cuda(data: Any, path: str) -> tuple[dict[str, CudaInfo], tuple[str, ..
     torch = []
     for i, t in enumerate(doc.get("torch", list)):
         td = doc.sub(f"torch[{i}]", t)
-        td.reject_unknown({"versions", "pypi_cuda", "variants", "sass", "measured"})
+        td.reject_unknown({"versions", "pypi_cuda", "variants"})
         spec = td.get("versions", str)
         try:
             SpecifierSet(spec)
         except InvalidSpecifier:
             raise SpecError(path, td.key("versions"), "a PEP 440 specifier such as '>=2.11,<2.15'",
                             spec) from None
-        sd = td.sub("sass", td.get("sass", dict))
-        sass = {str(k): sd.str_list(k) for k in sd.data}
-        torch.append(TorchBuild(spec, td.get("pypi_cuda", str), td.str_list("variants"), sass,
-                                td.get("measured", bool, False)))
+        torch.append(TorchBuild(spec, td.get("pypi_cuda", str), td.str_list("variants")))
     return cuda, doc.str_list("base_archs"), tuple(torch)
 

@@ -45,7 +45,7 @@ class Target:
     engine_version: str
     archs: tuple[str, ...]
     os: str
-    flavor: str = "devel"  # devel | slim (see images/bases.yaml)
+    flavor: str = "devel"  # devel | cuda-devel | slim (see images/bases.yaml)
     cpu_arch: str = "x86_64"
     python: str | None = None
     requirements: tuple[str, ...] = ()
@@ -62,7 +62,7 @@ class Target:
 
 TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "cpu_arch",
                "requirements", "overrides", "patches", "indexes", "smoke", "model"}
-FLAVORS = ("devel", "slim")
+FLAVORS = ("devel", "cuda-devel", "slim")
 
 
 def parse_target(name: str, data: Any, path: str) -> Target:

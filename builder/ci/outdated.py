@@ -693,7 +693,7 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
             atomic_write_text(spec_path, text)
             cat2 = load_catalog(ws.images)  # the edited spec, read as the next command will
             t2 = cat2.target(target)
-            req2 = lock_request(t2, cat2.base(t2.os))
+            req2 = lock_request(t2, cat2.base(t2.os), cat2.toolchain)
             if req2.requirements != new_req.requirements:
                 raise InputError(f"editing {t.path} gave other requirements than intended",
                                  facts=[f"intended {list(new_req.requirements)}",

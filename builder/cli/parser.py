@@ -37,9 +37,10 @@ def parser() -> argparse.ArgumentParser:
     select.add_argument("--arch", action="append", metavar="ARCH",
                         help="GPU archs instead of the target's: sm100, 10.0, B200, 'RTX PRO 6000' "
                              "(repeat or comma-separate)")
-    select.add_argument("--flavor", choices=("devel", "slim"),
-                        help="devel: nvidia/cuda cudnn-devel base; slim: plain OS base, CUDA "
-                             "from the torch wheels")
+    select.add_argument("--flavor", choices=("devel", "cuda-devel", "slim"),
+                        help="devel: OS base + the CUDA toolkit from NVIDIA's wheels; "
+                             "cuda-devel: nvidia/cuda cudnn-devel base; slim: OS base, CUDA "
+                             "from the torch wheels only")
     p = argparse.ArgumentParser(
         prog="imgbuild", description="Build, smoke-test and publish LLM serving images. "
         "`imgbuild TARGET ...` is `imgbuild build TARGET ...`.")

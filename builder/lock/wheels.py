@@ -467,7 +467,24 @@ class Wheel:
     def read_text(self, member: str) -> str:
         return self.read(member).decode("utf-8", "replace")
 
+    def stream(self, member: str, chunk: int = CHUNK) -> Iterator[bytes]:
+        """A member's bytes in chunks, decompressed as they are read: a member bigger than
+        memory can be scanned. In range mode, checked against RECORD once the last chunk is
+        out (a consumer that stops early has read nothing it can trust)."""
+        self.prefetch([member])
+        h = hashlib.sha256()
+        with self.zf.open(member) as f:
+            while block := f.read(chunk):
+                h.update(block)
+                yield block
+        if self._range is not None:
+            self._check_record(member, h.digest())
+            self.transferred = self._range.fetched
+
     def _verify_member(self, member: str, data: bytes) -> None:
+        self._check_record(member, hashlib.sha256(data).digest())
+
+    def _check_record(self, member: str, digest: bytes) -> None:
         # Range mode never sees the whole file, so the lock's hash cannot be checked; the
         # wheel's RECORD (which pip checks at install) can, member by member.
         if self._record is None:
@@ -481,7 +498,7 @@ class Wheel:
         want = self._record.get(member)
         if want is None:
             return
-        got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        got = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
         if got != want:
             raise JobFailed(f"{self.filename}: member {member} does not match the wheel's RECORD",
                             facts=[f"RECORD sha256={want}", f"read    sha256={got}"],

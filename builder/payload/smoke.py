@@ -919,6 +919,157 @@ def check_patches(facts: dict[str, Any], here: Path) -> tuple[str, str, dict[str
     return PASS, f"{n} patch probe(s) pass: " + ", ".join(probes), details
 
 
+# ----------------------------------------------------------------------------------------------
+# Stages 2b, 2c: the toolchain compiles for every target arch; the kernel files are the scanned ones
+# ----------------------------------------------------------------------------------------------
+
+EM_CUDA = 190
+TOY_KERNEL = (
+    'extern "C" __global__ void imgbuild_axpy(float a, const float *x, float *y, int n) {\n'
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = a * x[i] + y[i];\n"
+    "}\n"
+)
+
+
+def _sm(arch: str) -> int:
+    return int("".join(ch for ch in arch if ch.isdigit()))
+
+
+def cubin_arch(data: bytes) -> int | None:
+    """The SM number of a CUDA ELF (cubin): e_machine EM_CUDA, the arch in e_flags' 2nd byte."""
+    if data[:4] != b"\x7fELF" or len(data) < 52:
+        return None
+    import struct
+
+    if struct.unpack_from("<H", data, 18)[0] != EM_CUDA:
+        return None
+    return (struct.unpack_from("<I", data, 48)[0] >> 8) & 0xFF
+
+
+def check_toolchain(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """nvcc compiles a kernel to a cubin for every target arch (arch-specific, sm_100a: what
+    NVFP4 tensor-core code needs), then torch's cpp_extension JIT-compiles and loads a CUDA
+    extension for those archs: the path FlashInfer, DeepGEMM and custom ops take at first
+    launch. No GPU is needed to compile; running the kernels is the GPU stage's job."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    tc = facts.get("toolchain") or {}
+    archs = [a for a in facts.get("archs", []) if a != "cpu"]
+    if not tc:
+        return SKIPPED, f"skipped: the {facts.get('flavor', '?')} flavor carries no toolchain", {}
+    nvcc = Path(tc["cuda_home"]) / "bin" / "nvcc"
+    if not nvcc.exists():
+        return FAIL, f"no nvcc at {nvcc} (CUDA_HOME={os.environ.get('CUDA_HOME')})", {}
+    details: dict[str, Any] = {"nvcc": str(nvcc), "cubins": {}}
+    with tempfile.TemporaryDirectory(prefix="imgbuild-tc-") as td:
+        src = Path(td) / "axpy.cu"
+        src.write_text(TOY_KERNEL)
+        for a in archs:
+            out = Path(td) / f"axpy.{a}.cubin"
+            t0 = time.perf_counter()
+            proc = subprocess.run([str(nvcc), "-cubin", f"-arch=sm_{_sm(a)}a", "-o", str(out),
+                                   str(src)], capture_output=True, text=True)
+            got = cubin_arch(out.read_bytes()) if out.exists() else None
+            details["cubins"][a] = {"seconds": round(time.perf_counter() - t0, 2), "sm": got}
+            if proc.returncode != 0 or got != _sm(a):
+                return FAIL, (f"nvcc could not compile for {a}: "
+                              + (proc.stderr.strip()[-400:] or f"cubin is for sm_{got}")), details
+        if shutil.which("c++") is None:
+            return FAIL, "nvcc compiles, but there is no host C++ compiler for extensions", details
+        try:
+            import torch.utils.cpp_extension as ext
+        except Exception as exc:  # noqa: BLE001
+            return FAIL, f"torch.utils.cpp_extension does not import: {exc}", details
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(
+            f"{_sm(a) // 10}.{_sm(a) % 10}" for a in archs)
+        t0 = time.perf_counter()
+        mod = ext.load_inline(
+            name="imgbuild_jit_probe", build_directory=td,
+            cpp_sources="void axpy(double a, torch::Tensor x, torch::Tensor y);",
+            cuda_sources=TOY_KERNEL + (
+                "void axpy(double a, torch::Tensor x, torch::Tensor y) {\n"
+                "  int n = x.numel();\n"
+                "  imgbuild_axpy<<<(n + 255) / 256, 256>>>((float)a, x.data_ptr<float>(),\n"
+                "                                         y.data_ptr<float>(), n);\n"
+                "}\n"),
+            functions=["axpy"], verbose=False)
+        built = sorted(p.name for p in Path(td).glob("*.so"))
+        details["cpp_extension"] = {"seconds": round(time.perf_counter() - t0, 1),
+                                    "built": built, "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"],
+                                    "loaded": hasattr(mod, "axpy")}
+        if not hasattr(mod, "axpy"):
+            return FAIL, "cpp_extension built a module without its function", details
+        status, said = _flashinfer_jit(archs, Path(td), details)
+        if status == FAIL:
+            return FAIL, said, details
+    return PASS, (f"nvcc {tc.get('nvcc', '')} compiled for " + ", ".join(
+        f"sm_{_sm(a)}a" for a in archs) + "; torch cpp_extension built and loaded a CUDA "
+        f"extension for {details['cpp_extension']['arch_list']} in "
+        f"{details['cpp_extension']['seconds']} s; " + said), details
+
+
+def _flashinfer_jit(archs: list[str], work: Path, details: dict[str, Any]) -> tuple[str, str]:
+    """The engine's own JIT path: FlashInfer compiles one real kernel (silu_and_mul, which
+    SGLang and vLLM call in every gated MLP) for the target archs, as at first launch."""
+    # Read by flashinfer.jit when it is imported: set before.
+    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = " ".join(
+        f"{_sm(a) // 10}.{_sm(a) % 10}a" for a in archs)
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = str(work)
+    try:
+        from flashinfer.jit import activation
+    except Exception as exc:  # noqa: BLE001
+        details["flashinfer_jit"] = {"skipped": str(exc)[:200]}
+        return SKIPPED, f"FlashInfer JIT skipped: flashinfer.jit.activation: {exc}"[:200]
+    gen = getattr(activation, "gen_act_and_mul_module", None)
+    if gen is None:
+        details["flashinfer_jit"] = {"skipped": "no gen_act_and_mul_module"}
+        return SKIPPED, "FlashInfer JIT skipped: this FlashInfer has no gen_act_and_mul_module"
+    t0 = time.perf_counter()
+    spec = gen("silu")
+    try:
+        spec.build(verbose=False)
+    except Exception as exc:  # noqa: BLE001
+        details["flashinfer_jit"] = {"error": str(exc)[-2000:]}
+        return FAIL, f"FlashInfer could not JIT-compile {spec.name}: {str(exc)[-300:]}"
+    built = sorted(str(p.relative_to(work)) for p in work.rglob(f"{spec.name}*.so"))
+    details["flashinfer_jit"] = {"module": spec.name, "seconds": round(time.perf_counter() - t0, 1),
+                                 "arch_list": os.environ["FLASHINFER_CUDA_ARCH_LIST"],
+                                 "built": built}
+    if not built:
+        return FAIL, f"FlashInfer's build of {spec.name} left no shared object"
+    return PASS, (f"FlashInfer JIT-compiled {spec.name} for "
+                  f"{os.environ['FLASHINFER_CUDA_ARCH_LIST']} in "
+                  f"{details['flashinfer_jit']['seconds']} s")
+
+
+def check_kernels(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The kernel libraries whose GPU code was read from the locked wheels (plan's coverage
+    table) are installed unchanged: byte for byte the files that were scanned."""
+    import site
+    import sysconfig
+
+    files = facts.get("kernel_files") or []
+    if not files:
+        return SKIPPED, "skipped: no kernel coverage recorded for this image", {}
+    roots = [Path(sysconfig.get_paths()["platlib"]), Path(sysconfig.get_paths()["purelib"]),
+             *map(Path, site.getsitepackages())]
+    bad = []
+    for f in files:
+        path = next((r / f["member"] for r in roots if (r / f["member"]).is_file()), None)
+        if path is None:
+            bad.append(f"{f['package']}: {f['member']} is not installed")
+        elif sha256_file(path) != f["sha256"]:
+            bad.append(f"{f['package']}: {f['member']} differs from the scanned file")
+    details = {"files": len(files), "problems": bad}
+    if bad:
+        return FAIL, "; ".join(bad[:5]), details
+    return PASS, (f"{len(files)} kernel librar{'y is' if len(files) == 1 else 'ies are'} the "
+                  "files whose GPU code plan read"), details
+
+
 def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",
               facts: Path | None = None, engine: str | None = None) -> dict[str, Any]:
     report = _run_cpu_stages(lock, model)
@@ -926,6 +1077,8 @@ def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",
     f = _image_facts(facts) if facts else {}
     if facts is not None:
         stages.insert(1, _stage("patches", lambda: check_patches(f, facts.parent)))
+        stages.insert(2, _stage("kernels", lambda: check_kernels(f)))
+        stages.insert(3, _stage("toolchain", lambda: check_toolchain(f)))
     eng = engine or f.get("engine") or "transformers"
     if gpu == "off":
         stages.append(_skipped("gpu-engine", "skipped: --gpu off"))

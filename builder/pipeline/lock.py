@@ -7,8 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import ImgbuildError, InputError
+from ..lock import kernels
 from ..lock.freshness import freshness
 from ..lock.resolve import check_overrides, lock_many
+from ..plan import coverage
 from ..workspace import TargetRef, Workspace
 
 
@@ -71,7 +73,9 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
         def one(ref: TargetRef) -> LockEntry:
             try:
                 f = freshness(ref.request, ref.lock_path, ws.wheels)
-                return LockEntry(ref.name, str(ref.lock_path), stale=f.stale, diff=f.diff)
+                kdiff = () if f.stale else _kernel_record_diff(ws, ref)
+                return LockEntry(ref.name, str(ref.lock_path), stale=f.stale or bool(kdiff),
+                                 diff=tuple(f.diff) + kdiff)
             except ImgbuildError as e:
                 return LockEntry(ref.name, str(ref.lock_path), error=e)
 
@@ -80,10 +84,41 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
     else:
         for ref, (lock, written, err) in zip(refs, lock_many(
                 [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs)):
+            if err is None:
+                err = _kernel_record(ws, ref, lock)
             entries.append(LockEntry(ref.name, str(ref.lock_path), error=err) if err else
                            LockEntry(ref.name, str(lock.path), written, len(lock.packages),
                                      lock.digest))
     return LockReport(check, tuple(_with_overrides(ws, ref, e) for ref, e in zip(refs, entries)))
+
+
+def _kernel_rules(ws: Workspace, ref: TargetRef):
+    gpu = [a for a in ref.target.archs if a != "cpu"]
+    return ws.kernel_rules.get(ref.target.engine) if gpu else None
+
+
+def _kernel_record(ws: Workspace, ref: TargetRef, lock) -> ImgbuildError | None:
+    """The lock's kernel coverage record (lockfiles/<lock>.kernels.json), read from its wheels
+    when the lock is new or the rules changed: committed with the lock, what `plan` judges."""
+    rules = _kernel_rules(ws, ref)
+    if rules is None:
+        return None
+    try:
+        coverage.ensure_record(ref, lock, rules)
+    except ImgbuildError as e:
+        return e
+    return None
+
+
+def _kernel_record_diff(ws: Workspace, ref: TargetRef) -> tuple[str, ...]:
+    rules = _kernel_rules(ws, ref)
+    if rules is None:
+        return ()
+    path = kernels.record_path(ref.lock_path)
+    if kernels.read_record(path, ref.lock().digest, rules.digest()) is None:
+        return (f"{ws.display(path)}: missing, or not for this lock and images/checks/"
+                f"kernels.yaml (run `imgbuild lock {ref.name}`)",)
+    return ()
 
 
 def _with_overrides(ws: Workspace, ref: TargetRef, entry: LockEntry) -> LockEntry:

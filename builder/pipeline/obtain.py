@@ -56,7 +56,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag on success only."""
     os_base = ws.catalog.base(plan.base)
-    if plan.base_image == os_base.image:  # a devel image's nvidia/cuda base is pulled as usual
+    if plan.base_image == os_base.image:  # a cuda-devel image's nvidia/cuda base is pulled as usual
         base_image.ensure_local(client, os_base, repo if repo.host else None)
     if plan.smoke_model and smoke_dir is None:
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "

@@ -12,12 +12,14 @@ from ..catalog.indexes import strip_credentials
 from ..catalog.models import ModelProfile
 from ..catalog.targets import Target
 from ..errors import InputError
+from ..lock import kernels
 from ..lock.lockfile import Lockfile
 from ..lock.resolve import ensure_lock
 from ..workspace import Workspace
-from . import patchset
+from . import coverage, patchset
 from .key import finalize
 from .plan import Plan
+from .render import VENV
 from .select import select
 
 
@@ -50,6 +52,7 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
     req = ref.request
     lock = ensure_lock(req, ws.lockfiles, ws.wheels)[0] if resolve else ref.lock()
     sel = select(cat, target, archs=archs, flavor=flavor, lock=lock, model=profile)
+    cov = kernel_coverage(ws, ref, lock, tuple(a for a in archs if a != "cpu"))
     serve_flags: tuple[str, ...] = ()
     if profile is not None:
         serve_flags = profile.engine_flags.get(target.engine, ())
@@ -83,8 +86,28 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         base_digest=_base_digest(cat, base, sel.base_image),
         spec_digest=spec_digest(target),
         repository=repository, forced=forced,
+        devel_packages=base.devel_packages if sel.toolkit_dir else (),
+        cuda_home=f"{VENV}/lib/python{python}/site-packages/{sel.toolkit_dir}"
+        if sel.toolkit_dir else None,
+        nvcc=sel.nvcc,
+        kernel_coverage=cov.table() if cov else (),
+        kernel_files=tuple(dict.fromkeys((f.package, f.member, f.sha256) for f in cov.files))
+        if cov else (),
     )
     return finalize(draft, lock)
+
+
+def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
+                    gpu_archs: tuple[str, ...]) -> coverage.Coverage | None:
+    """GPU code coverage of the target's archs by its locked kernel packages (None: a CPU
+    target, or an engine with no rules). Refuses (exit 2) a required package with no code
+    for an arch, before anything is built."""
+    rules = ws.kernel_rules.get(ref.target.engine)
+    if not rules or not gpu_archs:
+        return None
+    record, _ = coverage.ensure_record(ref, lock, rules)
+    where = ws.display(kernels.record_path(ref.lock_path))
+    return coverage.judge(record, rules, gpu_archs, lock, where)
 
 
 def spec_digest(target: Target) -> str:

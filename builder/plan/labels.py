@@ -43,6 +43,10 @@ def labels(draft: Plan) -> dict[str, str]:
         f"{LABEL_NS}.model-size-gb": f"{draft.model_size_gb:g}" if draft.model_size_gb else "none",
         f"{LABEL_NS}.tp": str(draft.tensor_parallel or "none"),
         f"{LABEL_NS}.smoke-model": draft.smoke_model_key or "none",
+        # GPU code per arch, read from the locked wheels: "torch=sass,sglang-kernel=sass,…".
+        **{f"{LABEL_NS}.kernels.{a}": ",".join(f"{k.split(' ')[0]}={v}" for k, v in rows
+                                               if "(shown)" not in k)
+           for a, rows in draft.kernel_coverage},
         # A forced image says so in its own metadata, and gets a content key of its own.
         f"{LABEL_NS}.smoke-gate": "forced" if draft.forced else "required",
     }

@@ -55,6 +55,16 @@ class Plan:
     smoke_model_key: str | None
     repository: str
     forced: bool = False  # --force: moving tags move even if the smoke test fails
+    # devel: the OS packages nvcc and cpp_extension need, and where the wheels' toolkit lies
+    # in the image (CUDA_HOME), with the nvcc version the lock pins.
+    devel_packages: tuple[str, ...] = ()
+    cuda_home: str | None = None
+    nvcc: str | None = None
+    # GPU code coverage read from the locked wheels (plan/coverage.py): per arch, package →
+    # sass | ptx | jit | none; and the (package, member, sha256) of every file it was read
+    # from, which the smoke test checks the image installed unchanged.
+    kernel_coverage: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    kernel_files: tuple[tuple[str, str, str], ...] = ()
     content_key: str = ""
     content_tag: str = ""
     tags: tuple[str, ...] = ()
@@ -73,4 +83,7 @@ class Plan:
         d["overrides"] = [asdict(o) for o in self.overrides]
         d["labels"] = dict(self.labels)
         d["refs"] = list(self.refs)
+        d["kernel_coverage"] = {a: dict(rows) for a, rows in self.kernel_coverage}
+        d["kernel_files"] = [dict(zip(("package", "member", "sha256"), f))
+                             for f in self.kernel_files]
         return d

@@ -41,7 +41,13 @@ def image_facts(plan: Plan) -> str:
     """/opt/imgbuild/image.json: what the in-image preflight checks the host against."""
     facts = facts_from_labels(dict(plan.labels)).to_dict() | {
         # For the smoke test: which engine to drive, which patches must be in effect.
-        "engine": plan.engine, "patches": list(plan.needed_patches)}
+        "engine": plan.engine, "patches": list(plan.needed_patches), "flavor": plan.flavor}
+    if plan.cuda_home:
+        facts["toolchain"] = {"cuda_home": plan.cuda_home, "nvcc": plan.nvcc}
+    if plan.kernel_files:
+        facts["kernel_files"] = [dict(zip(("package", "member", "sha256"), f))
+                                 for f in plan.kernel_files]
+        facts["kernel_coverage"] = {a: dict(rows) for a, rows in plan.kernel_coverage}
     return json.dumps(facts, indent=2, sort_keys=True) + "\n"
 
 
@@ -94,6 +100,14 @@ def dockerfile(plan: Plan) -> str:
             "--no-install-recommends " + " ".join(plan.python_packages)
             + " && rm -rf /var/lib/apt/lists/*\n",
         ]
+    if plan.devel_packages:
+        out += [
+            "# devel: the host compiler nvcc drives and the Python headers torch's cpp_extension\n"
+            "# builds against, from the base's own packages: they change only with the base.\n",
+            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+            "--no-install-recommends " + " ".join(plan.devel_packages)
+            + " && rm -rf /var/lib/apt/lists/*\n",
+        ]
     out += [
         "# An empty venv on the base's interpreter; uv comes from the context, not a layer.\n",
         f"RUN --mount=type=bind,source=tools,target={TOOLS} \\\n"
@@ -108,6 +122,21 @@ def dockerfile(plan: Plan) -> str:
             "# so an engine bump reuses this layer.\n",
             f"COPY lock/heavy.txt {ASSETS}/heavy.txt\n",
             _install("heavy.txt"),
+        ]
+    if plan.cuda_home:
+        out += [
+            "# devel: the toolkit NVIDIA's wheels installed (with the heavy layer it belongs to)\n"
+            "# made a CUDA_HOME. torch's cpp_extension, FlashInfer and DeepGEMM link with -lcudart\n"
+            "# and look in lib64; FlashInfer also links -lcuda from lib64/stubs. The wheels ship\n"
+            "# none of these, so: lib64 -> lib, libcudart.so, and a driver stub (no code, soname\n"
+            "# libcuda.so.1: the host's driver, mounted at run time, provides the symbols).\n",
+            f"ENV CUDA_HOME={plan.cuda_home} CUDA_PATH={plan.cuda_home} "
+            f"PATH={plan.cuda_home}/bin:{VENV}/bin:$PATH\n",
+            "RUN test -x $CUDA_HOME/bin/nvcc && ln -sfn lib $CUDA_HOME/lib64 && \\\n"
+            "    ln -sfn $(cd $CUDA_HOME/lib && ls libcudart.so.* | head -n1) "
+            "$CUDA_HOME/lib/libcudart.so && \\\n"
+            "    mkdir -p $CUDA_HOME/lib/stubs && printf '' | c++ -shared -x c++ - "
+            "-Wl,-soname,libcuda.so.1 -o $CUDA_HOME/lib/stubs/libcuda.so\n",
         ]
     out += [
         "# The engine and everything else in the lock: after torch, so changing the engine\n"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..catalog.archs import coverage
 from ..catalog.catalog import Catalog
 from ..catalog.hardware import TorchBuild
 from ..catalog.models import ModelProfile
@@ -32,6 +31,10 @@ class Selection:
     torch: str | None
     torch_cuda: str | None
     reasoning: tuple[str, ...]
+    # devel: where the toolkit from NVIDIA's wheels lies, relative to the venv's site-packages
+    # (nvidia/cu13), and the nvcc version the lock pins.
+    toolkit_dir: str | None = None
+    nvcc: str | None = None
 
 
 def _v(cuda: str) -> Version:
@@ -128,36 +131,59 @@ def select(cat: Catalog, target: Target, *, archs: tuple[str, ...], flavor: str,
         if not supports(cat, cuda, a):
             raise InputError(f"CUDA {cuda} no longer compiles for {a}", facts=why,
                              hint=f"drop {a} or use a torch built for an older CUDA")
-    tb = torch_build(cat, tver)
-    sass = tb.sass.get(cuda) if tb else None
-    if sass:
-        for a in gpu_archs:
-            by = coverage(sass, a)
-            if by is None:
-                raise InputError(
-                    f"torch {tver} (CUDA {cuda}) carries no code for {a}",
-                    facts=why + [f"its wheels carry SASS for {', '.join(sass)}"
-                                 + ("" if tb.measured else " (PyTorch's build matrix, not "
-                                                            "measured here)")],
-                    hint=f"drop {a}, or use a torch build that includes it")
-            if by != a:
-                why.append(f"{a} runs torch's {by} code (same major, newer minor)")
+    # Whether torch (and the engine's kernel packages) carry code for each arch is read from
+    # the locked wheels themselves: plan/coverage.py.
     info = cat.cuda[cuda]
+    toolkit_dir = nvcc = None
     if flavor == "devel":
+        toolkit_dir, nvcc = _toolkit(cat, target, lock, cuda, why)
+        image = os_base.image
+        why.append(f"→ {image} + nvcc {nvcc} from NVIDIA's wheels (devel: for FlashInfer/"
+                   "DeepGEMM JIT; builds from the OS mirror and PyPI alone)")
+    elif flavor == "cuda-devel":
         image = cat.cuda_images.tag(cuda, "cudnn-devel", os_base.key) if cat.cuda_images else None
         if image is None:
             have = [f"{r.cuda} on {', '.join(r.os)}" for r in cat.cuda_images.releases] \
                 if cat.cuda_images else []
             raise InputError(f"no nvidia/cuda cudnn-devel image for CUDA {cuda} on {os_base.key}",
                              facts=why + ["images/bases.yaml has: " + "; ".join(have)],
-                             hint="use --flavor slim, or add the release to images/bases.yaml")
+                             hint="use --flavor devel (the toolkit from NVIDIA's wheels) or "
+                                  "slim, or add the release to images/bases.yaml")
         digest = cat.cuda_images.digests.get(image)
         if digest:
             image = f"{image}@{digest}"
-        why.append(f"→ {image} (devel: nvcc for FlashInfer/DeepGEMM JIT)"
+        why.append(f"→ {image} (cuda-devel: nvidia/cuda's nvcc for FlashInfer/DeepGEMM JIT)"
                    + ("" if digest else "; not pinned by digest: `imgbuild base refresh-digests`"))
     else:
         image = os_base.image
         why.append(f"→ {image} (slim: CUDA {cuda} libraries from the torch wheels only)")
     why.append(f"driver ≥ {info.min_driver} (CUDA {cuda})")
-    return Selection(cuda, image, os_base.key, flavor, info.min_driver, tver, cuda, tuple(why))
+    return Selection(cuda, image, os_base.key, flavor, info.min_driver, tver, cuda, tuple(why),
+                     toolkit_dir, nvcc)
+
+
+def _toolkit(cat: Catalog, target: Target, lock: Lockfile, cuda: str,
+             why: list[str]) -> tuple[str, str]:
+    """The devel flavor's toolkit in the lock: its nvcc must be the CUDA torch was built for
+    (a newer nvcc's PTX needs a newer driver than torch's floor; an older one cannot target
+    the newest archs torch carries)."""
+    tc = cat.toolchain
+    pkg = lock.package(tc.nvcc_package) if tc else None
+    if tc is None or pkg is None:
+        raise InputError(
+            f"the devel flavor needs nvcc in the lock, and {target.name}'s lock has none",
+            facts=[f"{target.path}: flavor: {target.flavor}"]
+            + ([f"images/bases.yaml: toolchain: {tc.requirement} is added to devel locks"]
+               if tc else ["images/bases.yaml has no `toolchain:`"]),
+            hint=f"set `flavor: devel` in {target.path} and run `imgbuild lock {target.name}`, "
+                 "or use --flavor slim / cuda-devel")
+    v = Version(pkg.version)
+    have = f"{v.major}.{v.minor}"
+    if have != cuda:
+        raise InputError(
+            f"the lock's nvcc is CUDA {have}, but torch is built for CUDA {cuda}",
+            facts=why + [f"{tc.nvcc_package}=={pkg.version} in the lock"],
+            hint=f"add `cuda-toolkit=={cuda}.*` to {target.path}'s requirements and run "
+                 f"`imgbuild lock {target.name}`")
+    why.append(f"nvcc {pkg.version} ({tc.nvcc_package}) matches torch's CUDA {cuda}")
+    return f"nvidia/cu{v.major}", pkg.version

@@ -62,8 +62,25 @@ def plan(out: Output, report: PlanReport) -> None:
          else f"{len(report.findings)} finding(s): see below"),
     ]
     kv(out.out, f"plan for {p.target}", rows)
+    if p.kernel_coverage:
+        kernel_table(out, p)
     if report.findings:
         lines(out.out, drift.explain(report.findings))
+
+
+WORDS = {"sass": "SASS", "ptx": "PTX only: JIT at first launch", "none": "nothing",
+         "jit": "JIT at first use"}
+
+
+def kernel_table(out: Output, p) -> None:
+    """GPU code per package and arch, read from the locked wheels."""
+    by_arch = {a: dict(rows) for a, rows in p.kernel_coverage}
+    packages = sorted({pkg for rows in by_arch.values() for pkg in rows},
+                      key=lambda n: (by_arch[p.archs[0]].get(n) == "jit", "(shown)" in n, n))
+    table(out.out, "GPU code in the locked wheels (required packages refuse a build on "
+          "'nothing'; shown ones are for the record)", ["package", *by_arch],
+          [[pkg, *(WORDS.get(by_arch[a].get(pkg, "-"), "-") for a in by_arch)]
+           for pkg in packages])
 
 
 def check_deps(out: Output, report: PlanReport) -> None:

@@ -1,0 +1,183 @@
+"""Kernel coverage read from wheels: the fat-binary reader against NVIDIA's own cuobjdump on
+kernels NVIDIA's nvcc (both from PyPI) compiled here, the arch rules, and a real published
+wheel that lacks an arch refusing a target before anything is built."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.catalog.kernels import EngineKernels, KernelRule
+from builder.errors import InputError
+from builder.lock import fatbin, kernels
+from builder.plan import coverage
+
+from .conftest import run_imgbuild
+
+# Every kind of entry nvcc writes: arch-specific, family-specific and plain SASS, plain and
+# arch-specific PTX.
+GENCODES = {
+    "sm_90a": "arch=compute_90a,code=sm_90a",
+    "sm_100a": "arch=compute_100a,code=sm_100a",
+    "sm_100f": "arch=compute_100f,code=sm_100f",
+    "sm_120": "arch=compute_120,code=sm_120",
+    "compute_120": "arch=compute_120,code=compute_120",
+    "sm_89": "arch=compute_89,code=sm_89",
+    "compute_103a": "arch=compute_103a,code=compute_103a",
+}
+KERNEL = ('extern "C" __global__ void axpy(float a, const float *x, float *y, int n) '
+          "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i]; }\n")
+
+
+@pytest.fixture(scope="module")
+def cuda_wheels(tmp_path_factory) -> Path:
+    """CUDA_HOME from NVIDIA's wheels on PyPI (the devel flavor's toolkit), plus cuobjdump."""
+    venv = tmp_path_factory.mktemp("cuda") / "venv"
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+    subprocess.run(["uv", "venv", "-q", "--python", "python3.11", str(venv)], check=True, env=env)
+    subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+                    "cuda-toolkit[nvcc,cccl,cudart,crt]==13.0.*", "nvidia-cuda-cuobjdump==13.5.37"],
+                   check=True, env=env)
+    home = next(venv.glob("lib/python*/site-packages/nvidia/cu13"))
+    assert (home / "bin" / "nvcc").exists() and (home / "bin" / "cuobjdump").exists()
+    return home
+
+
+def test_the_reader_finds_what_cuobjdump_lists(cuda_wheels, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    so = tmp_path / "k.so"
+    cmd = [str(cuda_wheels / "bin" / "nvcc"), "-shared", "-Xcompiler", "-fPIC",
+           f"-L{cuda_wheels / 'lib'}", "-o", str(so), str(src)]
+    for g in GENCODES.values():
+        cmd += ["-gencode", g]
+    subprocess.run(cmd, check=True, capture_output=True)
+    found = kernels.codes_in(so)
+    assert {c.name for c in found} == set(GENCODES)
+    listed = subprocess.run([str(cuda_wheels / "bin" / "cuobjdump"), "--list-elf", "--list-ptx",
+                             str(so)], capture_output=True, text=True, check=True).stdout
+    sass = set(re.findall(r"\.(sm_\d+[af]?)\.cubin", listed))
+    ptx = {n.replace("sm_", "compute_") for n in re.findall(r"\.(sm_\d+[af]?)\.ptx", listed)}
+    # cuobjdump prints a family-specific cubin (sm_100f) as plain sm_100; the headers keep it.
+    assert sass | ptx == {c.name.replace("sm_100f", "sm_100") for c in found}
+    # A host-only library and a file that is not ELF carry no GPU code.
+    host = tmp_path / "host.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(host), "-x", "c", "-"], input=b"int f;",
+                   check=True)
+    assert kernels.codes_in(host) == set()
+    (tmp_path / "script.so").write_text("INPUT(-lfoo)\n")
+    assert kernels.codes_in(tmp_path / "script.so") == set()
+
+
+def test_the_scan_does_not_depend_on_how_the_stream_is_cut(cuda_wheels, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    cubin = tmp_path / "k.fatbin"
+    subprocess.run([str(cuda_wheels / "bin" / "nvcc"), "-fatbin", "-o", str(cubin), str(src),
+                    "-gencode", GENCODES["sm_100a"], "-gencode", GENCODES["compute_120"]],
+                   check=True)
+    data = cubin.read_bytes()
+    want = {"sm_100a", "compute_120"}
+    for size in (1, 3, 16, 4096, len(data)):
+        got = fatbin.scan(data[i:i + size] for i in range(0, len(data), size))
+        assert {c.name for c in got} == want, size
+    # Magic bytes by chance, and a header whose entries do not add up, are not fat binaries.
+    junk = fatbin.MAGIC + b"\x01\x00\x10\x00" + (10 ** 6).to_bytes(8, "little") + b"\0" * 64
+    assert fatbin.scan([junk + data]) == {fatbin.Code.parse(n) for n in want}
+
+
+@pytest.mark.parametrize("codes,arch,status", [
+    (("sm_120a",), "sm120", "sass"),
+    (("sm_120a",), "sm121", "none"),  # arch-specific: that arch only (DGX Spark is sm121)
+    (("sm_120",), "sm121", "sass"),  # plain SASS: later minors of the major
+    (("sm_100f",), "sm103", "sass"),  # family: B300
+    (("sm_100f",), "sm110", "none"),  # another major
+    (("sm_90",), "sm100", "none"),  # SASS never crosses majors
+    (("compute_80",), "sm120", "ptx"),  # PTX: any newer arch, JIT at first launch
+    (("compute_103a",), "sm100", "none"),
+    (("compute_90", "sm_120"), "sm120", "sass"),  # SASS wins over PTX
+])
+def test_which_code_runs_on_which_arch(codes, arch, status):
+    assert coverage.status_for(codes, arch) == status
+
+
+def test_a_published_wheel_without_an_arch_refuses_the_target(ws):
+    """sgl-flash-mla 1.0.0 (a real wheel on PyPI, in the headline lock) carries SASS for
+    Hopper and the B200/B300 family only: required on sm120, it refuses the plan."""
+    ref = ws.target("sglang-blackwell")
+    lock = ref.lock()
+    req = ref.request
+    record, scans = kernels.make_record(lock, [("sgl-flash-mla", ())], "test",
+                                        python=req.python, platform=req.uv_platform)
+    assert [s.package for s in scans] == ["sgl-flash-mla"]
+    files = record["packages"]["sgl-flash-mla"]["files"]
+    assert {m for m, f in files.items() if f["codes"]} == {
+        "flash_mla/_C_legacy.abi3.so", "flash_mla/cuda.abi3.so"}
+    assert all(len(f["sha256"]) == 64 for f in files.values())
+    rules = EngineKernels("sglang", (KernelRule("sgl-flash-mla", (), (), "MLA decode", True),), ())
+    ok = coverage.judge(record, rules, ("sm100",), lock, "test")
+    assert dict(ok.table()[0][1]) == {"sgl-flash-mla": "sass"}
+    with pytest.raises(InputError) as e:
+        coverage.judge(record, rules, ("sm100", "sm120"), lock, "test")
+    assert e.value.message.startswith("sgl-flash-mla 1.0.0 carries no GPU code for sm120: "
+                                      "flash_mla/")
+    assert any("sm_100a" in f and "sm_90a" in f for f in e.value.facts)
+    # Limited to the archs that load it, the same rule passes and the table says 'none'.
+    limited = EngineKernels("sglang", (KernelRule("sgl-flash-mla", (), ("sm100",), "", True),), ())
+    cov = coverage.judge(record, limited, ("sm100", "sm120"), lock, "test")
+    assert dict(cov.table()[1][1]) == {}  # not needed on sm120: not judged
+
+
+def test_plan_refuses_dgx_spark_for_the_headline_lock_before_building():
+    # sglang-kernel 0.4.10's sm100/common_ops carries sm_120a (arch-specific): nothing for
+    # sm121. Read from the committed record: no network, no Docker.
+    r = run_imgbuild("plan", "sglang-blackwell", "--arch", "sm121", "--no-checks")
+    assert r.returncode == 2, r.stderr
+    err = " ".join(r.stderr.split())
+    assert "sglang-kernel 0.4.10 carries no GPU code for sm121: " \
+           "sgl_kernel/sm100/common_ops.abi3.so" in err
+    assert "sm_120a" in err and "Traceback" not in err
+    r = run_imgbuild("plan", "sglang-blackwell", "--json", "--no-checks")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    for arch in ("sm100", "sm120"):
+        assert p["kernel_coverage"][arch]["torch"] == "sass"
+        assert p["kernel_coverage"][arch]["sglang-kernel"] == "sass"
+        assert p["kernel_coverage"][arch]["flashinfer-python"] == "jit"
+    assert p["kernel_coverage"]["sm120"]["sgl-flash-mla (shown)"] == "none"
+    assert p["labels"]["io.imgbuild.kernels.sm120"].count("=sass") == 2
+
+
+def test_the_committed_record_is_what_the_wheels_hold(ws):
+    """lockfiles/<lock>.kernels.json is read again from PyPI and must match (cached by wheel
+    hash: a second run reads nothing)."""
+    ref = ws.target("sglang-blackwell")
+    rules = ws.kernel_rules["sglang"]
+    path = kernels.record_path(ref.lock_path)
+    committed = kernels.read_record(path, ref.lock().digest, rules.digest())
+    assert committed is not None, f"{path} is stale: run `imgbuild lock sglang-blackwell`"
+    fresh, _ = kernels.make_record(ref.lock(), [(r.package, r.files) for r in rules.rules],
+                                   rules.digest(), python=ref.request.python,
+                                   platform=ref.request.uv_platform)
+    assert fresh["packages"] == committed["packages"]
+
+
+def test_lock_check_reports_a_missing_record(images_copy):
+    lockfiles = images_copy.parent / "lockfiles"
+    rec = next(lockfiles.glob("sglang-blackwell.*.kernels.json"))
+    saved = rec.read_bytes()
+    rec.unlink()
+    args = ("--images", str(images_copy), "--lockfiles", str(lockfiles))
+    r = run_imgbuild("lock", "sglang-blackwell", "--check", *args)
+    assert r.returncode == 1, r.stderr
+    assert "kernels.json: missing, or not for this lock" in " ".join(r.stdout.split())
+    r = run_imgbuild("lock", "sglang-blackwell", *args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(rec.read_bytes())["packages"] == json.loads(saved)["packages"]
+    shutil.rmtree(lockfiles)
