@@ -22,7 +22,7 @@ def fake_images(tmp_path):
     shutil.copytree(ROOT / "images" / "generators", images / "generators")
     (images / "fake.yaml").write_text(
         "engine: {name: sglang, version: '0.5.23'}\narchs: [sm100]\nos: debian-bookworm\n"
-        "requirements: [ctensors]\n")
+        "flavor: slim\nrequirements: [ctensors]\n")
     return images
 
 

@@ -93,20 +93,23 @@ def test_failed_resolution_keeps_the_old_lock(tmp_path):
 
 @pytest.mark.live
 def test_plan_resolves_for_the_target_platform_not_the_host(images_copy):
-    """sglang-blackwell --model k2.6: a complete Plan from a real lock of PyPI metadata for
-    Python 3.12 on manylinux_2_39 (the host is Python 3.11 on glibc 2.36)."""
+    """sglang-hopper --model k2.6: a complete Plan from a real lock of PyPI metadata for
+    Python 3.12 on manylinux_2_39 (the host is Python 3.11 on glibc 2.36), with the kernel
+    coverage record read from the locked wheels."""
     lockdir = images_copy.parent / "lockfiles"
     shutil.rmtree(lockdir)
-    r = run_imgbuild("plan", "sglang-blackwell", "--model", "k2.6", "--json",
+    r = run_imgbuild("plan", "sglang-hopper", "--model", "k2.6", "--json",
                      "--images", str(images_copy))
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["python"] == "3.12" and plan["platform_tag"] == "manylinux_2_39_x86_64"
-    assert plan["cuda"] == "13.0" and plan["archs"] == ["sm100", "sm120"]
+    assert plan["cuda"] == "13.0" and plan["archs"] == ["sm90"]
     assert plan["model"] == "k2.6" and plan["tensor_parallel"] == 8
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", plan["content_key"])
-    assert plan["content_tag"].startswith("sglang-blackwell-k2.6-")
-    lock = read_lock(lockdir / "sglang-blackwell.py3.12-manylinux_2_39-x86_64.txt")
+    assert plan["content_tag"].startswith("sglang-hopper-k2.6-")
+    assert plan["kernel_coverage"]["sm90"]["torch"] == "sass"
+    assert (lockdir / "sglang-hopper.py3.12-manylinux_2_39-x86_64.kernels.json").is_file()
+    lock = read_lock(lockdir / "sglang-hopper.py3.12-manylinux_2_39-x86_64.txt")
     assert plan["lock_hash"] == lock.digest
     assert lock.package("sglang").version == "0.5.23"
     assert lock.package("torch").version == "2.14.1"  # sglang 0.5.23 pins it

@@ -151,23 +151,23 @@ def test_changed_since_keeps_only_the_jobs_whose_content_key_changed(checkout):
     write_lock(lock.path, req, body, "uv test")
     assert _changed(repo, "HEAD") == {"vllm-blackwell": "content key changed since HEAD (lock)"}
     _git(repo, "commit", "-qam", "lock")
-    # A base: every devel target on that CUDA, no slim one.
+    # A base: every cuda-devel target on that CUDA, no slim or devel one (those build on the OS
+    # image).
     bases = repo / "images" / "bases.yaml"
     bases.write_text(bases.read_text().replace('tag_version: "13.0.0"', 'tag_version: "13.0.1"'))
     got = _changed(repo, "HEAD")
-    assert sorted(got) == ["sglang-blackwell", "sglang-hopper", "sglang-vllm-blackwell",
-                           "vllm-blackwell"]
+    assert sorted(got) == ["sglang-hopper", "sglang-vllm-blackwell", "vllm-blackwell"]
     assert all("(base)" in why for why in got.values())
     # Since the first commit: all of the above together.
     assert sorted(_changed(repo, "HEAD~3")) == sorted(
-        ["sglang-0516-blackwell", "tiny-cpu", "sglang-blackwell", "sglang-hopper",
-         "sglang-vllm-blackwell", "vllm-blackwell"])
+        ["sglang-0516-blackwell", "tiny-cpu", "sglang-hopper", "sglang-vllm-blackwell",
+         "vllm-blackwell"])
 
 
 def test_changed_since_new_target_unknown_ref_and_first_push(checkout):
     repo = checkout
     shutil.copy(repo / "images" / "sglang-hopper.yaml", repo / "images" / "sglang-hopper2.yaml")
-    src = next((repo / "lockfiles").glob("sglang-hopper.*"))
+    src = next((repo / "lockfiles").glob("sglang-hopper.*.txt"))
     ws = Workspace(repo / "images", repo / "lockfiles")
     cat, req = ws.catalog, ws.target("sglang-hopper2").request
     write_lock(repo / "lockfiles" / req.filename(), req, read_lock(src).body, "uv test")

@@ -213,9 +213,9 @@ def test_base_image_on_an_unreachable_registry_says_not_checked(ws):
 
 @pytest.mark.live
 def test_live_outdated_for_a_shipped_target(ws):
-    [tn] = od.outdated(ws, targets=["sglang-blackwell"])
+    [tn] = od.outdated(ws, targets=["sglang-hopper"])  # cuda-devel: an nvidia/cuda base
     d = tn.to_dict()
-    assert d["target"] == "sglang-blackwell" and d["engine"] == "sglang"
+    assert d["target"] == "sglang-hopper" and d["engine"] == "sglang"
     by = {p["package"]: p for p in d["packages"]}
     assert by["sglang"]["role"] == "engine" and by["sglang"]["locked"] == "0.5.23"
     assert {"torch", "compressed-tensors", "flashinfer-python"} <= set(by)

@@ -42,6 +42,9 @@ class EngineKernels:
 
 
 def load_kernel_rules(images: Path) -> dict[str, EngineKernels]:
+    """The rules by engine; none (coverage not judged) for a catalog without the file."""
+    if not (Path(images) / KERNELS_FILE).is_file():
+        return {}
     doc = read_table(images, (KERNELS_FILE,), "kernel coverage rules")
     doc.reject_unknown({"engines"})
     out: dict[str, EngineKernels] = {}

@@ -125,5 +125,7 @@ def _unpullable_base(plan: Plan, lines: list[str]) -> EnvError | None:
         facts=[f"BuildKit: load metadata for {m.group(1)}: {error[:300]}",
                f"target {plan.target} builds FROM it ({plan.flavor} flavor)"],
         hint="give the Engine a registry mirror that holds it (`registry-mirrors` in "
-             "/etc/docker/daemon.json); or build the slim flavor (`--flavor slim`: CUDA from "
-             "the torch wheels, on a base made here)")
+             "/etc/docker/daemon.json); or build another flavor on a base made here: "
+             "`--flavor devel` (nvcc from NVIDIA's wheels on PyPI) or `--flavor slim` (no nvcc)"
+             + ("" if plan.base == "debian-bookworm" else
+                ", with `os: debian-bookworm` in the target"))
