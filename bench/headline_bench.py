@@ -81,8 +81,10 @@ def main() -> None:
 
     if not args.skip_cold_build:
         subprocess.run(["docker", "builder", "prune", "-af"], check=True, capture_output=True)
-        took, cold_build = imgbuild(TARGET, "--model", MODEL)
+        took, cold_build = imgbuild(TARGET, "--model", MODEL, "--rebuild")
+        build = cold_build.get("build") or {}
         doc["build_cold"] = {"wall_s": round(took, 1), "action": cold_build["action"],
+                             "build": {k: build.get(k) for k in ("seconds", "steps", "cached_steps")},
                              "size_bytes": cold_build["size_bytes"],
                              "smoke_s": cold_build["smoke"]["seconds"]}
         print(f"cold build: {took:.1f} s, {cold_build['size_bytes'] / 1e9:.2f} GB")
