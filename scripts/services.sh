@@ -24,6 +24,22 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# QEMU user emulation, for bases and checks of another CPU (arm64 on x86_64): registered with
+# binfmt_misc's F flag so that it works inside chroots and containers. A machine that cannot
+# register it still runs everything else; `imgbuild base bootstrap --cpu-arch` says what is
+# missing.
+if [ ! -e /usr/lib/binfmt.d/qemu-aarch64.conf ] && [ "$(uname -m)" != aarch64 ]; then
+  say "installing qemu-user-static from Debian"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null || true
+fi
+if [ "$(uname -m)" != aarch64 ] && [ -e /usr/lib/binfmt.d/qemu-aarch64.conf ] && \
+   [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  [ -e /proc/sys/fs/binfmt_misc/register ] || \
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+  grep -v '^#' /usr/lib/binfmt.d/qemu-aarch64.conf | head -n1 > /proc/sys/fs/binfmt_misc/register \
+    2>/dev/null || say "could not register QEMU for aarch64 (binfmt_misc): arm64 bases cannot be made here"
+fi
+
 if ! command -v uv >/dev/null; then
   say "installing uv from PyPI"
   python3 -m pip install -q uv

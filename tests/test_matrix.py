@@ -79,14 +79,15 @@ def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
         # The content tag only: moving tags move after a passing smoke report, not in Bake.
         assert t["tags"] == [j.plan.ref()] and not set(j.plan.refs[1:]) & set(t["tags"])
         assert t["labels"] == dict(j.plan.labels) | {"io.imgbuild.content-key": j.content_key}
-        assert t["platforms"] == ["linux/amd64"]
+        assert t["platforms"] == [j.platform]
+        assert j.platform == ("linux/arm64" if j.plan.cpu_arch == "aarch64" else "linux/amd64")
     assert "https://download.pytorch.org/whl/cpu" in \
         doc["target"]["tiny-cpu"]["args"]["IMGBUILD_INDEX_FLAGS"]
     groups = doc["group"]
     assert groups["default"]["targets"] == [j.name for j in jobs]
     assert set(groups) == {"default", "sglang", "vllm", "transformers"}
     assert groups["vllm"]["targets"] == ["vllm-blackwell"]
-    assert len(groups["sglang"]["targets"]) == 5
+    assert len(groups["sglang"]["targets"]) == 7
 
 
 def test_bake_checker_is_not_vacuous(shipped):

@@ -73,7 +73,7 @@ def test_every_shipped_target_shows_cuda_base_driver_and_why(cat):
             assert p.base_image.split("@")[0] == tag  # pinned by digest where one is recorded
             assert p.base_digest == cat.cuda_images.digests.get(tag)
         else:
-            assert p.base_image == cat.base(p.base).image
+            assert p.base_image == cat.base(p.base, p.cpu_arch).image
         # devel: the toolkit is in the lock, at torch's CUDA, and the image's CUDA_HOME is it.
         assert (p.cuda_home is not None) == (p.flavor == "devel"), name
         if p.flavor == "devel":

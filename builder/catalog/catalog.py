@@ -56,8 +56,8 @@ class Catalog:
             raise unknown("model", alias, self.models)
         return self.models[alias]
 
-    def base(self, key: str) -> Base:
-        return self.bases[key]
+    def base(self, key: str, cpu_arch: str = "x86_64") -> Base:
+        return self.bases[key].for_cpu(cpu_arch)
 
 
 # Files under images/ that are catalog data, not targets.

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ..errors import SpecError
 from .schema import Doc
+
+# Debian's and OCI's names for the CPUs targets name (x86_64, aarch64).
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,28 @@ class Base:
     # torch's cpp_extension builds against.
     devel_packages: tuple[str, ...] = ()
     bootstrap: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    cpu_arch: str = "x86_64"  # the CPU this base is for (for_cpu gives the others)
+
+    def for_cpu(self, cpu_arch: str) -> Base:
+        """This OS for another CPU. A pulled base (ubuntu, nvidia/cuda) is a multi-platform
+        tag: the same name, the build's platform picks. A bootstrapped one is made per CPU: its
+        own tag (`…-aarch64`) and its own recorded filesystem (`rootfs_aarch64`)."""
+        if cpu_arch == self.cpu_arch:
+            return self
+        if not self.bootstrap:
+            return replace(self, cpu_arch=cpu_arch)
+        recipe = dict(self.bootstrap)
+        recipe["rootfs"] = recipe.get(f"rootfs_{cpu_arch}")
+        return replace(self, image=f"{self.image}-{cpu_arch}", bootstrap=recipe,
+                       cpu_arch=cpu_arch)
+
+    @property
+    def debian_arch(self) -> str:
+        return DEBIAN_ARCH[self.cpu_arch]
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.debian_arch}"
 
     @property
     def manylinux(self) -> str:

@@ -137,6 +137,9 @@ def parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("bootstrap", parents=[common],
                         help="debootstrap + docker import a Debian base, tag and push it")
     b.add_argument("--base", default="debian-bookworm")
+    b.add_argument("--cpu-arch", choices=("x86_64", "aarch64"), default="x86_64",
+                   help="the CPU the base is for; another than this machine's runs debootstrap "
+                        "under QEMU user emulation (qemu-user-static, binfmt_misc)")
     b.add_argument("--registry")
     b.add_argument("--rebuild", action="store_true")
     b.add_argument("--record", action="store_true",

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -91,7 +95,7 @@ def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild
         built = True
         want = base.bootstrap.get("rootfs")
         if record is not None and rootfs != want:
-            record_rootfs(record, base.key, rootfs)
+            record_rootfs(record, base.key, rootfs, base.cpu_arch)
             progress.note(f"recorded {base.key}'s rootfs {rootfs} in {record}")
         elif want and rootfs != want:
             client.images.remove(base.image)  # no tag may name a base the recipe does not
@@ -173,14 +177,19 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
     if os.geteuid() != 0:
         raise EnvError("debootstrap needs root", hint="run `imgbuild base bootstrap` as root")
     epoch = str(recipe.get("source_date_epoch", DEFAULT_EPOCH))
+    foreign = base.cpu_arch != host_cpu()
+    if foreign:
+        check_emulation(base.cpu_arch)
     with tempfile.TemporaryDirectory(prefix="imgbuild-base-") as td:
         root = Path(td) / "rootfs"
         cmd = [exe, f"--variant={recipe.get('variant', 'minbase')}"]
+        if foreign:  # debootstrap's second stage runs the target's binaries: under QEMU
+            cmd.append(f"--arch={base.debian_arch}")
         if recipe.get("include"):
             cmd.append("--include=" + ",".join(recipe["include"]))
         cmd += [recipe["suite"], str(root), recipe.get("mirror", "http://deb.debian.org/debian")]
         progress.note(f"debootstrap {recipe['suite']} ({recipe.get('variant', 'minbase')}, "
-                      f"+{','.join(recipe.get('include', []))}) ...")
+                      f"+{','.join(recipe.get('include', []))}, {base.debian_arch}) ...")
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env=dict(os.environ, SOURCE_DATE_EPOCH=epoch))
         if proc.returncode != 0:
@@ -188,6 +197,8 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
                             log_tail=(proc.stdout + proc.stderr).splitlines()[-20:],
                             hint="check that Debian's mirror is reachable")
         _normalize(root)
+        if foreign:
+            return _load_foreign(client, base, root, epoch, Path(td))
         tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
                                 "--numeric-owner", "--format=gnu", "-c", "."],
                                stdout=subprocess.PIPE)
@@ -214,21 +225,94 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
     return img, rootfs
 
 
-def record_rootfs(bases_yaml: Path, key: str, rootfs: str) -> None:
-    """Write `rootfs: DIGEST` into os.<key>.bootstrap of images/bases.yaml, keeping every other
-    line and comment."""
+def host_cpu() -> str:
+    m = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def check_emulation(cpu_arch: str) -> None:
+    """A foreign CPU's binaries run here only through QEMU user emulation registered with
+    binfmt_misc (the F flag, so that it works inside chroots and containers)."""
+    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{cpu_arch}"
+    try:
+        text = entry.read_text()
+    except OSError:
+        text = ""
+    if not text.startswith("enabled") or "F" not in \
+            next((ln for ln in text.splitlines() if ln.startswith("flags:")), ""):
+        raise EnvError(
+            f"this {host_cpu()} machine cannot run {cpu_arch} programs",
+            facts=[f"{entry}: " + ("not registered" if not text else text.splitlines()[0])],
+            hint="as root: `apt-get install -y qemu-user-static`, then `mount -t binfmt_misc "
+                 "binfmt_misc /proc/sys/fs/binfmt_misc` if it is not mounted and register "
+                 f"/usr/lib/binfmt.d/qemu-{cpu_arch}.conf's line into "
+                 "/proc/sys/fs/binfmt_misc/register (`make setup` does all of this)")
+
+
+def _load_foreign(client, base: Base, root: Path, epoch: str, work: Path) -> tuple[object, str]:
+    """A foreign CPU's base: `docker import` would label it with this machine's CPU (the
+    Engine ignores --platform there), so the image is assembled as a docker-archive whose
+    config names the CPU, and loaded. Its one layer is the same reproducible tar."""
+    layer = work / "layer.tar"
+    h = hashlib.sha256()
+    with layer.open("wb") as out:
+        tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
+                                "--numeric-owner", "--format=gnu", "-c", "."],
+                               stdout=subprocess.PIPE)
+        assert tar.stdout is not None
+        for chunk in iter(lambda: tar.stdout.read(1 << 20), b""):
+            h.update(chunk)
+            out.write(chunk)
+        if tar.wait() != 0:
+            raise JobFailed("tar of the bootstrapped root failed")
+    rootfs = "sha256:" + h.hexdigest()
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch)))
+    config = json.dumps({
+        "architecture": base.debian_arch, "os": "linux", "created": created,
+        "config": {"Cmd": ["/bin/bash"]},
+        "rootfs": {"type": "layers", "diff_ids": [rootfs]},
+        "history": [{"created": created, "created_by": "imgbuild base bootstrap"}],
+    }, sort_keys=True).encode()
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": [base.image],
+                            "Layers": ["layer.tar"]}]).encode()
+    archive = work / "image.tar"
+    with tarfile.open(archive, "w") as t:
+        for name, data in (("config.json", config), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        t.add(layer, "layer.tar")
+    proc = subprocess.run(daemon.cli_command(["load", "-i", str(archive)]),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise JobFailed("docker load of the bootstrapped base failed",
+                        log_tail=proc.stderr.splitlines()[-10:])
+    img = client.images.get(base.image)
+    if rootfs_of(img) != rootfs or img.attrs.get("Architecture") != base.debian_arch:
+        raise JobFailed(f"docker load stored {rootfs_of(img)} for "
+                        f"{img.attrs.get('Architecture')}, not {rootfs} for {base.debian_arch}",
+                        hint="report this: the Engine changed the layer")
+    return img, rootfs
+
+
+def record_rootfs(bases_yaml: Path, key: str, rootfs: str, cpu_arch: str = "x86_64") -> None:
+    """Write `rootfs: DIGEST` (`rootfs_aarch64:` for another CPU) into os.<key>.bootstrap of
+    images/bases.yaml, keeping every other line and comment."""
+    field_name = "rootfs" if cpu_arch == "x86_64" else f"rootfs_{cpu_arch}"
     text = bases_yaml.read_text()
     m = re.search(rf"^  {re.escape(key)}:\n(?:    .*\n|\s*#.*\n|\n)*?    bootstrap:\n"
                   r"((?:      .*\n)*)", text, re.M)
     if m is None:
         raise InputError(f"{bases_yaml}: no os.{key}.bootstrap block to record the rootfs in")
     block = m.group(1)
-    new_block = re.sub(r"^      rootfs: .*\n", "", block, flags=re.M) + f"      rootfs: {rootfs}\n"
+    new_block = re.sub(rf"^      {field_name}: .*\n", "", block, flags=re.M) + \
+        f"      {field_name}: {rootfs}\n"
     atomic_write_text(bases_yaml, text[:m.start(1)] + new_block + text[m.end(1):])
 
 
 def bootstrap_base(ws: Workspace, key: str, *, registry: str | None = None, rebuild: bool = False,
-                   record: bool = False, progress: Progress = SILENT) -> BaseResult:
+                   record: bool = False, cpu_arch: str = "x86_64",
+                   progress: Progress = SILENT) -> BaseResult:
     """`imgbuild base bootstrap`: the catalog's base `key`, made here (or reused), and pushed
     to `registry` when one is named."""
     bases = ws.catalog.bases
@@ -239,5 +323,6 @@ def bootstrap_base(ws: Workspace, key: str, *, registry: str | None = None, rebu
         raise InputError(f"--registry {registry} names no registry host",
                          hint="e.g. --registry 127.0.0.1:5000/imgbuild")
     client = daemon.client()
-    return bootstrap(client, bases[key], registry=repo, rebuild=rebuild or record,
+    return bootstrap(client, bases[key].for_cpu(cpu_arch), registry=repo,
+                     rebuild=rebuild or record,
                      record=ws.images / "bases.yaml" if record else None, progress=progress)

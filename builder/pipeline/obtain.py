@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import JobFailed
+from ..errors import EnvError, JobFailed
 from ..image import base as base_image
 from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
@@ -55,7 +55,18 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                 log_dir: Path | None = None, progress: Progress = SILENT) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag on success only."""
-    os_base = ws.catalog.base(plan.base)
+    if plan.cpu_arch != base_image.host_cpu():
+        # The context carries this machine's uv, which the build runs inside the image.
+        raise EnvError(
+            f"{plan.target} is built for {plan.cpu_arch}, and this machine is "
+            f"{base_image.host_cpu()}",
+            facts=[f"{plan.target}: cpu_arch {plan.cpu_arch}, base {plan.base_image}",
+                   "builds run this machine's uv inside the image; building for another CPU "
+                   "needs one for that CPU, which imgbuild does not fetch yet"],
+            hint=f"build it on an {plan.cpu_arch} machine (CI: the matrix sends it to an "
+                 f"{'arm64' if plan.cpu_arch == 'aarch64' else 'x64'} runner); `plan` and "
+                 "`lock` work here")
+    os_base = ws.catalog.base(plan.base, plan.cpu_arch)
     if plan.base_image == os_base.image:  # a cuda-devel image's nvidia/cuda base is pulled as usual
         base_image.ensure_local(client, os_base, repo if repo.host else None)
     if plan.smoke_model and smoke_dir is None:

@@ -89,15 +89,19 @@ def judge(record: dict, rules: EngineKernels, archs: tuple[str, ...], lock: Lock
         if pkg is None:
             continue  # not in this lock (an older or newer engine names it otherwise)
         members = _rule_files(rule, pkg["files"])
-        if rule.required and not members:
+        needed_on = [a for a in archs if rule.applies(a)]
+        if rule.required and needed_on and not members:
+            # Not in this platform's wheel (FA3 has no aarch64 build), or moved.
             raise InputError(
-                f"the kernel rule for {rule.package} names no file of "
-                f"{rule.package} {pkg['version']}",
-                facts=[f"images/checks/kernels.yaml: {rule.package}: files "
-                       f"{', '.join(rule.files)}",
+                f"{rule.package} {pkg['version']} has no {' or '.join(rule.files) or '.so'} "
+                f"in its wheel for this platform, needed on {', '.join(needed_on)}",
+                facts=[f"images/checks/kernels.yaml: {rule.package} is required on "
+                       f"{', '.join(rule.archs) or 'every arch'}"
+                       + (f": {rule.why}" if rule.why else ""),
                        f"{pkg['wheel']} has: {', '.join(sorted(pkg['files'])[:8]) or 'no .so'}"],
-                hint="the package moved its libraries: update `files:` in "
-                     "images/checks/kernels.yaml")
+                hint=f"drop {', '.join(needed_on)} from the target, or pin a {rule.package} "
+                     "whose wheel for this platform has it; if the package moved its "
+                     "libraries, update `files:` in images/checks/kernels.yaml")
         for m in members:
             f = pkg["files"][m]
             status = tuple((a, status_for(tuple(f["codes"]), a) if rule.applies(a) else "-")

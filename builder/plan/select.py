@@ -81,7 +81,7 @@ def torch_cuda(cat: Catalog, version: str) -> tuple[str | None, str]:
 
 def select(cat: Catalog, target: Target, *, archs: tuple[str, ...], flavor: str,
            lock: Lockfile, model: ModelProfile | None) -> Selection:
-    os_base = cat.base(target.os)
+    os_base = cat.base(target.os, target.cpu_arch)
     why: list[str] = []
     gpu_archs = tuple(a for a in archs if a != "cpu")
     if model is not None and model.w4a4_nvfp4 and gpu_archs and \

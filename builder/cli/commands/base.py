@@ -12,7 +12,7 @@ def run(args, out) -> int:
         views.digests(out, digests.refresh_catalog(ws, mirror=args.mirror))
         return 0
     res = base.bootstrap_base(ws, args.base, registry=args.registry, rebuild=args.rebuild,
-                              record=args.record,
+                              record=args.record, cpu_arch=args.cpu_arch,
                               progress=SILENT if out.json else out.progress())
     views.base(out, args.base, res)
     return 0
