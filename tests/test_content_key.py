@@ -130,7 +130,7 @@ def test_the_debian_rootfs_changes_the_slim_targets_and_every_smoke_model(copy):
     # The arm64 base's own digest changes the arm64 targets only.
     bases.write_text(re.sub(r"rootfs_aarch64: sha256:\w{8}", "rootfs_aarch64: sha256:00000000",
                             text))
-    assert _changed(copy) == {"sglang-gb200", "sglang-dgx-spark"}
+    assert _changed(copy) == {"sglang-gb200", "sglang-dgx-spark", "tiny-cpu-arm64"}
     assert "rootfs: sha256:" in text
     bases.write_text(re.sub(r"rootfs: sha256:\w{8}", "rootfs: sha256:00000000", text))
     # The generator image sits on that base too: every smoke model's recipe changes with it.

@@ -11,9 +11,11 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..catalog.hardware import DEBIAN_ARCH
 from ..errors import EnvError, JobFailed
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
+from .base import host_cpu
 from .context import Secrets
 from .daemon import cli
 
@@ -44,7 +46,11 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
             "--label", f"io.imgbuild.content-key={plan.content_key}",
-            *secrets.args(), *(["--no-cache"] if no_cache else []), str(context)]
+            *secrets.args(), *(["--no-cache"] if no_cache else []),
+            # Another CPU's image: BuildKit runs its steps under QEMU (binfmt_misc).
+            *(["--platform", f"linux/{DEBIAN_ARCH[plan.cpu_arch]}"]
+              if plan.cpu_arch != host_cpu() else []),
+            str(context)]
     d = cli()
     env = dict(os.environ)
     if d.buildkit_env:

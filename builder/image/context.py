@@ -15,9 +15,10 @@ from pathlib import Path
 from ..catalog.indexes import credential_of
 from ..catalog.patches import Patch
 from ..lock.lockfile import Lockfile
-from ..lock.uv import uv_bin
+from ..lock.uv import uv_bin_for
 from ..plan import patchset, render
 from ..plan.plan import Plan
+from .base import host_cpu
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
@@ -105,7 +106,8 @@ def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | No
     (dest / "lock" / "rest.txt").write_text(lock.requirements_text(heavy=False))
     shutil.copy2(lock.path, dest / "lock" / "lock.txt")
     (dest / "tools").mkdir()
-    _link_or_copy(Path(uv_bin()), dest / "tools" / "uv")
+    # uv runs inside the image: the image's CPU's uv (under QEMU when it is not this machine's).
+    _link_or_copy(Path(uv_bin_for(plan.cpu_arch, host_cpu())), dest / "tools" / "uv")
     (dest / "wheels").mkdir()
     carried = local_wheels(lock, wheels)
     for w in carried:

@@ -9,7 +9,10 @@ import threading
 from functools import cache
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from ..errors import EnvError
+from . import wheels
 from .lockfile import LockRequest
 
 _UV_LOCK = threading.Lock()
@@ -65,3 +68,33 @@ def index_args(req: LockRequest, wheels: Path | None) -> list[str]:
         args += ["--index-strategy", "unsafe-best-match"]
     return args
 
+
+
+def uv_bin_for(cpu_arch: str, host_cpu: str) -> str:
+    """uv for the CPU an image is built for: this machine's, or the same uv release's binary
+    for the other CPU, taken from its wheel on the index (its sha256 checked against the
+    index's) and kept in the cache: builds run uv inside the image, under emulation there."""
+    if cpu_arch == host_cpu:
+        return uv_bin()
+    version = uv_version().split()[1]
+    dest = wheels.cache_root() / "tools" / f"uv-{version}-{cpu_arch}" / "uv"
+    if dest.is_file():
+        return str(dest)
+    files = [f for u in wheels.index_urls() for f in wheels.project_files("uv", u)
+             if f.is_wheel and str(f.version) == version
+             and any(t.platform.startswith("manylinux") and t.platform.endswith(cpu_arch)
+                     for t in parse_wheel_filename(f.filename)[3])]
+    if not files:
+        raise EnvError(f"no uv {version} wheel for {cpu_arch} on the index",
+                       facts=[f"indexes asked: {', '.join(wheels.index_urls())}"],
+                       hint="use an index that mirrors PyPI's uv wheels")
+    with wheels.open_file(files[0], expect=None, what=f"uv=={version} ({cpu_arch})",
+                          mode="full") as w:
+        member = next(n for n in w.names() if n.endswith(".data/scripts/uv"))
+        data = w.read(member)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(".uv.tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(0o755)
+    tmp.replace(dest)
+    return str(dest)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EnvError, JobFailed
+from ..errors import JobFailed
 from ..image import base as base_image
 from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
@@ -56,16 +56,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag on success only."""
     if plan.cpu_arch != base_image.host_cpu():
-        # The context carries this machine's uv, which the build runs inside the image.
-        raise EnvError(
-            f"{plan.target} is built for {plan.cpu_arch}, and this machine is "
-            f"{base_image.host_cpu()}",
-            facts=[f"{plan.target}: cpu_arch {plan.cpu_arch}, base {plan.base_image}",
-                   "builds run this machine's uv inside the image; building for another CPU "
-                   "needs one for that CPU, which imgbuild does not fetch yet"],
-            hint=f"build it on an {plan.cpu_arch} machine (CI: the matrix sends it to an "
-                 f"{'arm64' if plan.cpu_arch == 'aarch64' else 'x64'} runner); `plan` and "
-                 "`lock` work here")
+        base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
     os_base = ws.catalog.base(plan.base, plan.cpu_arch)
     if plan.base_image == os_base.image:  # a cuda-devel image's nvidia/cuda base is pulled as usual
         base_image.ensure_local(client, os_base, repo if repo.host else None)
