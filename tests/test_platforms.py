@@ -68,6 +68,16 @@ def test_coverage_is_read_per_platform():
     assert "manylinux2014_aarch64.whl has:" in said and "Traceback" not in said
 
 
+def test_a_grace_gpu_named_for_an_x86_64_image_is_refused():
+    r = run_imgbuild("plan", "sglang-blackwell", "--arch", "DGX Spark", "--no-checks")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2, said
+    assert "DGX Spark sits in aarch64 hosts, and sglang-blackwell is an x86_64 image" in said
+    assert "use sglang-dgx-spark" in said and "--arch sm121" in said
+    r = run_imgbuild("plan", "sglang-gb200", "--arch", "GB300", "--json", "--no-checks")
+    assert r.returncode == 0 and json.loads(r.stdout)["archs"] == ["sm103"]
+
+
 def test_dgx_spark_image_passes_the_gb10_preflight(ws):
     facts = facts_from_plan(make_plan(ws, "sglang-dgx-spark", resolve=False))
     r = pf.run(facts, runner=pf.recording_runner(FIXTURES / "gb10-1x-sm121"))

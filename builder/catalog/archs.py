@@ -37,6 +37,13 @@ def parse_arch(text: str, cat: Catalog) -> str:
                      hint=f"did you mean '{close[0]}'?" if close else "see images/gpus.yaml")
 
 
+def gpu_named(text: str, cat: Catalog):
+    """The images/gpus.yaml entry `text` names (B200, "DGX Spark"), or None for an sm name or a
+    compute capability."""
+    want = _norm(text.strip())
+    return next((g for g in cat.gpus for n in g.names if _norm(n) == want), None)
+
+
 def _cc(sm: str) -> tuple[int, int]:
     digits = re.sub(r"\D", "", sm)
     return int(digits[:-1]), int(digits[-1])
