@@ -97,7 +97,7 @@ def _cache_path(sha256: str) -> Path:
     return wheels.cache_root() / "kernels" / f"{sha256}.json"
 
 
-def _cached(sha256: str) -> tuple[list[str] | None, dict[str, list[str]]]:
+def _cached(sha256: str) -> tuple[list[str] | None, dict[str, dict]]:
     """(the wheel's member names, what was scanned of it) from an earlier read."""
     try:
         doc = json.loads(_cache_path(sha256).read_text())
@@ -117,8 +117,8 @@ def scan_wheel(pkg: LockedPackage, globs: tuple[str, ...] = (), *,
     f = wheels.locate_locked(pkg, index_urls, python=python, platform=platform)
     if f.sha256 is None:
         raise JobFailed(f"the index gives no sha256 for {f.filename}",
-                               hint="kernel coverage is cached by wheel hash; use an index "
-                                    "that publishes hashes (PEP 503 #sha256= or PEP 691)")
+                        hint="kernel coverage is cached by wheel hash; use an index that "
+                             "publishes hashes (PEP 503 #sha256= or PEP 691)")
     names, known = _cached(f.sha256)
     transferred = 0
     if names is not None and all(m in known for m in select_members(names, globs)):
