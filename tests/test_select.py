@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from builder.catalog.archs import coverage, parse_arch, runs_on
+from builder.catalog.archs import parse_arch
 from builder.errors import InputError
 from builder.lock.lockfile import LockedPackage
+from builder.plan.coverage import status_for
 from builder.plan.decide import make_plan
 from builder.plan.select import select, torch_cuda
 
@@ -41,11 +42,12 @@ def test_unknown_arch_suggests(cat):
 
 
 def test_binary_compatibility_within_a_major_only():
-    assert runs_on("sm120", "sm121") and runs_on("sm100", "sm103")
-    assert not runs_on("sm121", "sm120") and not runs_on("sm90", "sm100")
-    assert not runs_on("sm100", "sm120")
-    assert coverage(["sm90", "sm100", "sm120"], "sm121") == "sm120"
-    assert coverage(["sm90", "sm100"], "sm120") is None
+    # The one rule (builder/lock/fatbin.py: Code.runs_on), as plan's coverage applies it.
+    assert status_for(("sm_120",), "sm121") == status_for(("sm_100",), "sm103") == "sass"
+    assert status_for(("sm_121",), "sm120") == status_for(("sm_90",), "sm100") == "none"
+    assert status_for(("sm_100",), "sm120") == "none"
+    assert status_for(("sm_90", "sm_100", "sm_120"), "sm121") == "sass"
+    assert status_for(("sm_90", "sm_100"), "sm120") == "none"
 
 
 def _plan(cat, target, **kw):

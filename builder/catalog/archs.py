@@ -25,10 +25,9 @@ def parse_arch(text: str, cat: Catalog) -> str:
         for info in cat.archs.values():
             if info.capability == t:
                 return info.sm
-    want = _norm(t)
-    names = {_norm(n): g.sm for g in cat.gpus for n in g.names}
-    if want in names:
-        return names[want]
+    gpu = gpu_named(t, cat)
+    if gpu is not None:
+        return gpu.sm
     known = sorted({n for g in cat.gpus for n in g.names} | set(cat.archs))
     close = difflib.get_close_matches(t, known, n=1, cutoff=0.6)
     raise InputError(f"unknown GPU architecture '{text}'",
@@ -42,21 +41,3 @@ def gpu_named(text: str, cat: Catalog):
     compute capability."""
     want = _norm(text.strip())
     return next((g for g in cat.gpus for n in g.names if _norm(n) == want), None)
-
-
-def _cc(sm: str) -> tuple[int, int]:
-    digits = re.sub(r"\D", "", sm)
-    return int(digits[:-1]), int(digits[-1])
-
-
-def runs_on(built: str, gpu: str) -> bool:
-    """A cubin for sm_XY runs on sm_XZ with Z >= Y within the same major, never across."""
-    (bm, bn), (gm, gn) = _cc(built), _cc(gpu)
-    return bm == gm and gn >= bn
-
-
-def coverage(built: tuple[str, ...] | list[str], gpu: str) -> str | None:
-    """The built arch that serves `gpu` (exact first), or None."""
-    if gpu in built:
-        return gpu
-    return next((b for b in sorted(built, key=_cc, reverse=True) if runs_on(b, gpu)), None)

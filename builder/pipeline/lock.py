@@ -92,15 +92,10 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
     return LockReport(check, tuple(_with_overrides(ws, ref, e) for ref, e in zip(refs, entries)))
 
 
-def _kernel_rules(ws: Workspace, ref: TargetRef):
-    gpu = [a for a in ref.target.archs if a != "cpu"]
-    return ws.kernel_rules.get(ref.target.engine) if gpu else None
-
-
 def _kernel_record(ws: Workspace, ref: TargetRef, lock) -> ImgbuildError | None:
     """The lock's kernel coverage record (lockfiles/<lock>.kernels.json), read from its wheels
     when the lock is new or the rules changed: committed with the lock, what `plan` judges."""
-    rules = _kernel_rules(ws, ref)
+    rules = coverage.rules_for(ws, ref.target)
     if rules is None:
         return None
     try:
@@ -111,7 +106,7 @@ def _kernel_record(ws: Workspace, ref: TargetRef, lock) -> ImgbuildError | None:
 
 
 def _kernel_record_diff(ws: Workspace, ref: TargetRef) -> tuple[str, ...]:
-    rules = _kernel_rules(ws, ref)
+    rules = coverage.rules_for(ws, ref.target)
     if rules is None:
         return ()
     path = kernels.record_path(ref.lock_path)

@@ -12,11 +12,12 @@ import fnmatch
 from dataclasses import dataclass
 
 from ..catalog.kernels import EngineKernels, KernelRule
+from ..catalog.targets import Target
 from ..errors import InputError
 from ..lock import kernels, wheels
 from ..lock.fatbin import Code
 from ..lock.lockfile import Lockfile
-from ..workspace import TargetRef
+from ..workspace import TargetRef, Workspace
 
 # Worst first: a package's status for an arch is the worst of its files'.
 ORDER = ("none", "ptx", "sass")
@@ -128,6 +129,14 @@ def judge(record: dict, rules: EngineKernels, archs: tuple[str, ...], lock: Lock
                  "with `archs:` on its rule in images/checks/kernels.yaml")
     jit = tuple(f"{p.name}=={p.version}" for name in rules.jit if (p := lock.package(name)))
     return Coverage(archs, tuple(verdicts), jit, where)
+
+
+def rules_for(ws: Workspace, target: Target,
+              archs: tuple[str, ...] | None = None) -> EngineKernels | None:
+    """The rules a target's coverage is judged by: its engine's, for its GPU archs (`archs`
+    overrides the target's); None for a CPU target or an engine without rules."""
+    gpu = [a for a in (archs or target.archs) if a != "cpu"]
+    return ws.kernel_rules.get(target.engine) if gpu else None
 
 
 def ensure_record(ref: TargetRef, lock: Lockfile, rules: EngineKernels, *,

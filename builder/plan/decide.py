@@ -102,7 +102,7 @@ def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
     """GPU code coverage of the target's archs by its locked kernel packages (None: a CPU
     target, or an engine with no rules). Refuses (exit 2) a required package with no code
     for an arch, before anything is built."""
-    rules = ws.kernel_rules.get(ref.target.engine)
+    rules = coverage.rules_for(ws, ref.target, gpu_archs)
     if not rules or not gpu_archs:
         return None
     record, _ = coverage.ensure_record(ref, lock, rules)
