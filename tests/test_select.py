@@ -46,6 +46,7 @@ def test_binary_compatibility_within_a_major_only():
     assert status_for(("sm_120",), "sm121") == status_for(("sm_100",), "sm103") == "sass"
     assert status_for(("sm_121",), "sm120") == status_for(("sm_90",), "sm100") == "none"
     assert status_for(("sm_100",), "sm120") == "none"
+    assert status_for(("sm_120",), "sm120") == status_for(("sm_90",), "sm90") == "sass"
     assert status_for(("sm_90", "sm_100", "sm_120"), "sm121") == "sass"
     assert status_for(("sm_90", "sm_100"), "sm120") == "none"
 
