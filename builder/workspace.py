@@ -121,13 +121,24 @@ class Workspace:
     def failures(self) -> FailureCatalog:
         return load_failures(self.images)
 
-    def target(self, name: str) -> TargetRef:
-        """A target by name (an unknown one is an error with the closest name), with its lock
-        request and lock path."""
+    def target(self, name: str, platform: str | None = None) -> TargetRef:
+        """A target by name (an unknown one is an error with the closest name) on one of its
+        platforms (default: the first it names), with that platform's lock request and path."""
         t = self.catalog.target(name)
-        req = lock_request(t, self.catalog.base(t.os), self.catalog.toolchain)
+        t = t.on(platform or t.platforms[0])
+        req = lock_request(t, self.catalog.base(t.os, t.cpu_arch), self.catalog.toolchain)
         path = self.lockfiles / req.filename()
         return TargetRef(t, req, path, self.display(path))
+
+    def platform_refs(self, name: str,
+                      platforms: tuple[str, ...] | None = None) -> tuple[TargetRef, ...]:
+        """The target on each of its platforms (or on those asked for, in the target's order):
+        one lock per platform."""
+        t = self.catalog.target(name)
+        for p in platforms or ():
+            t.on(p)  # refuses a platform the target does not name
+        return tuple(self.target(name, p) for p in t.platforms
+                     if platforms is None or p in platforms)
 
     def display(self, path: Path) -> str:
         """A path as messages show it: relative to the workspace (the directory that holds

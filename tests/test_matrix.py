@@ -45,11 +45,13 @@ def shipped():
 
 def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
     cat, jobs = shipped
-    assert [j.target for j in jobs] == sorted(cat.targets)
+    # One job per target and platform.
+    assert [(j.target, j.platform) for j in jobs] == [
+        (n, p) for n in sorted(cat.targets) for p in cat.target(n).platforms]
     assert len({j.name for j in jobs}) == len(jobs)
     for j in jobs:
         t = cat.target(j.target)
-        plan = make_plan(WS, j.target, resolve=False)
+        plan = make_plan(WS, j.target, resolve=False, platform=j.platform)
         assert j.model == t.default_model and j.archs == t.archs
         assert (j.content_key, j.content_tag) == (plan.content_key, plan.content_tag)
     by = {j.target: j for j in jobs}
@@ -58,7 +60,7 @@ def test_one_job_per_shipped_target_with_its_model_and_runner(shipped):
     assert by["sglang-blackwell"].runner[-1] == "sm100" and by["sglang-blackwell"].model == "k2.6"
     inc = matrix.github(jobs)["include"]
     json.dumps(inc)  # what `--format github` prints
-    assert [e["target"] for e in inc] == sorted(cat.targets)
+    assert [e["target"] for e in inc] == [j.target for j in jobs]
     assert {e["model"] for e in inc if e["target"] == "sglang-hopper"} == {""}
     # Every matrix value the workflow reads is in every job.
     text = WORKFLOW.read_text()
@@ -83,6 +85,11 @@ def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
         assert j.platform == ("linux/arm64" if j.plan.cpu_arch == "aarch64" else "linux/amd64")
     assert "https://download.pytorch.org/whl/cpu" in \
         doc["target"]["tiny-cpu"]["args"]["IMGBUILD_INDEX_FLAGS"]
+    # An index named for some platforms only reaches those platforms' builds.
+    assert "https://download.pytorch.org/whl/cpu" in \
+        doc["target"]["tiny-cpu-multi-amd64"]["args"]["IMGBUILD_INDEX_FLAGS"]
+    assert "download.pytorch.org" not in \
+        doc["target"]["tiny-cpu-multi-arm64"]["args"]["IMGBUILD_INDEX_FLAGS"]
     groups = doc["group"]
     assert groups["default"]["targets"] == [j.name for j in jobs]
     assert set(groups) == {"default", "sglang", "vllm", "transformers"}

@@ -12,6 +12,7 @@ import ast
 import io
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ PAYLOAD = Path(pf.__file__)
 # The image the issue is about: SGLang for Blackwell (sm100, sm120), CUDA 13.0, serving Kimi
 # K2.6 (images/models/k2.6.yaml: 595 GB at TP 8).
 BLACKWELL_K26 = ImageFacts(archs=("sm100", "sm120"), cuda="13.0", min_driver="580.65.06",
-                           model=ModelFacts("k2.6", 595.0, 8))
+                           model=ModelFacts("k2.6", 595.0, 8), cpu_arch="x86_64")
 
 
 def report(host: str, facts: ImageFacts = BLACKWELL_K26, model_dir=None) -> pf.Report:
@@ -51,7 +52,8 @@ def test_all_good_host_passes_every_check():
     r = report("rtx-pro-6000-8x-ok")
     v = by_check(r)
     assert r.ok and r.exit_code == 0
-    assert [x.status for x in r.verdicts] == [PASS, PASS, PASS, PASS, PASS, SKIP]
+    # cpu: this recording has no `uname -m` (skipped, not passed); disk: no model dir given.
+    assert [x.status for x in r.verdicts] == [SKIP, PASS, PASS, PASS, PASS, PASS, SKIP]
     assert "8 GPU(s): NVIDIA RTX PRO 6000 Blackwell Server Edition" in v["nvidia-smi"].detail
     assert "GPU0-7 sm120: built for sm120: exact match" == v["arch"].detail
     # Equal to the floor is enough: the comparison is numeric and inclusive.
@@ -143,7 +145,9 @@ def test_no_nvidia_smi_is_a_skip_never_a_pass(tmp_path):
     for check in ("arch", "driver", "model fits", "gpus free"):
         assert v[check].status == SKIP, v[check]
         assert v[check].detail.startswith("skipped: no NVIDIA GPU / nvidia-smi not found")
-    assert not any(x.status == PASS for c, x in v.items() if c != "disk")
+    # The CPU check reads this host's `uname -m`, which needs no GPU.
+    assert v["cpu"].status == (PASS if platform.machine() == "x86_64" else pf.FAIL)
+    assert not any(x.status == PASS for c, x in v.items() if c not in ("disk", "cpu"))
 
 
 def test_nvidia_smi_that_finds_no_device_is_a_skip():
@@ -264,7 +268,9 @@ def test_driver_without_compute_cap_field_falls_back_to_the_name():
                             for line in gpus.splitlines())
 
     def runner(argv):
-        query = next(a for a in argv if a.startswith("--query"))
+        query = next((a for a in argv if a.startswith("--query")), None)
+        if query is None:
+            return 2, "", "no answer"
         if query.startswith("--query-gpu=") and "compute_cap" in query:
             return 2, 'Field "compute_cap" is not a valid field to query.\n\n', ""
         if query.startswith("--query-gpu="):
@@ -342,7 +348,8 @@ def test_host_side_image_reads_labels_through_the_engine_api(tmp_path):
             return type("Img", (), {"labels": {
                 "io.imgbuild.archs": "sm100,sm120", "io.imgbuild.cuda": "13.0",
                 "io.imgbuild.driver-min": "580.65.06", "io.imgbuild.model": "k2.6",
-                "io.imgbuild.model-size-gb": "595", "io.imgbuild.tp": "8"}})()
+                "io.imgbuild.model-size-gb": "595", "io.imgbuild.tp": "8",
+                "io.imgbuild.platform": "manylinux_2_36_x86_64"}})()
 
     client = type("Client", (), {"images": Images()})()
     r = host_side.preflight_image("imgbuild/sglang-blackwell:k2.6", client=client,
@@ -475,7 +482,8 @@ def test_facts_from_plan_reads_the_labels_the_plan_writes():
         ("io.imgbuild.archs", "sm100,sm120"), ("io.imgbuild.cuda", "13.0"),
         ("io.imgbuild.driver-min", "580.65.06"), ("io.imgbuild.model", "k2.6"),
         ("io.imgbuild.model-size-gb", "595"), ("io.imgbuild.tp", "8"),
-        ("io.imgbuild.target", "sglang-blackwell"))})()
+        ("io.imgbuild.target", "sglang-blackwell"),
+        ("io.imgbuild.platform", "manylinux_2_36_x86_64"))})()
     assert facts_from_plan(plan) == BLACKWELL_K26
 
 

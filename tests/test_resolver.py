@@ -97,6 +97,13 @@ def test_no_silent_backtracking_by_platform_tag(use_index):
     assert "glibc" in e.value.hint
     # On a new enough platform it resolves.
     assert "servo==2.0" in resolve(req("servo==2.0", platform="x86_64-manylinux_2_36"))
+    # For another CPU: the same rule, and the sentence names the platforms it does ship.
+    with pytest.raises(ResolveError) as e:
+        resolve_explained(req("servo==2.0", platform="aarch64-manylinux_2_36"))
+    assert e.value.message.startswith("servo 2.0 has no wheel for this image's platform "
+                                      "aarch64-manylinux_2_36")
+    assert "manylinux_2_34_x86_64" in e.value.message, e.value.message
+    assert "ships no aarch64 wheel at all" in e.value.hint and "glibc" not in e.value.hint
 
 
 @pytest.mark.live

@@ -62,6 +62,13 @@ def evaluate(expr: str, ctx: dict):
     return eval(py, {"__builtins__": {}} | funcs, names)  # noqa: S307
 
 
+def condition(expr, ctx: dict) -> bool:
+    """An `if:` value: an expression, with or without `${{ }}` (YAML needs the wrapper for one
+    that starts with `!`)."""
+    whole = re.fullmatch(r"\s*\$\{\{(.*?)\}\}\s*", str(expr), re.S)
+    return bool(evaluate(whole.group(1) if whole else str(expr), ctx))
+
+
 def substitute(text, ctx: dict):
     if not isinstance(text, str):
         return text
@@ -84,6 +91,7 @@ def test_the_expression_stand_in():
     assert evaluate("needs.m.outputs.count != '0'", ctx) is False
     assert evaluate("matrix.gpu", ctx) is False and evaluate("!matrix.gpu", ctx) is True
     assert substitute("logs-${{ matrix.gpu }}", ctx) == "logs-false"
+    assert condition("${{ !cancelled() && needs.m.outputs.count == '0' }}", ctx) is True
     assert substitute("${{ fromJSON('{\"a\": 1}') }}", ctx) == {"a": 1}
 
 
@@ -110,7 +118,7 @@ class Runner:
         job = self.doc["jobs"][name]
         ctx = self.ctx({"matrix": matrix or {}})
         cond = job.get("if")
-        if cond is not None and not evaluate(cond, ctx):
+        if cond is not None and not condition(cond, ctx):
             return {"ran": False, "why": f"if: {cond}", "steps": {}}
         runner = substitute(job["runs-on"], ctx)
         if runner not in HOSTED:
@@ -126,7 +134,7 @@ class Runner:
         for step in job["steps"]:
             sid = step.get("id") or step.get("name") or step.get("uses")
             sctx = ctx | {"steps": steps_ctx, "env": env}
-            if "if" in step and not evaluate(step["if"], sctx):
+            if "if" in step and not condition(step["if"], sctx):
                 continue
             for f in files.values():
                 f.write_text("")
@@ -265,6 +273,49 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     assert "found in the registry: pulled instead of building" in said
     again = json.loads((r.artifacts / "logs-tiny-cpu" / "build.json").read_text())
     assert again["content_tag"] == content and again["action"] == "local"
+
+
+@pytest.mark.docker
+def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_client):
+    """tiny-cpu-multi: the matrix has a job per platform; here only the amd64 one can run (the
+    arm64 one asks for ubuntu-24.04-arm), so the index job refuses, naming linux/arm64. Once
+    the arm64 image is pushed as its runner would push it (here under QEMU), the same job
+    assembles the index and moves the tags."""
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    registry = f"{REGISTRY_HOST}/imgbuild-wf-{uuid.uuid4().hex[:8]}"
+    src = _source(tmp_path)
+    event = {"name": "workflow_dispatch", "inputs": {"targets": "tiny-cpu-multi", "relock": False},
+             "vars": {"REGISTRY": registry}, "secrets": {}}
+    home = tmp_path / "home"
+    home.mkdir()
+    r = Runner(src, tmp_path, _runner_env(home), event)
+    assert r.job("matrix")["ran"] and r.outputs["matrix"]["count"] == "2", r.logs
+    amd, arm = json.loads(r.outputs["matrix"]["matrix"])["include"]
+    assert (amd["platform"], amd["runner"]) == ("linux/amd64", "ubuntu-latest")
+    assert (arm["platform"], arm["runner"]) == ("linux/arm64", "ubuntu-24.04-arm")
+    assert r.job("build", matrix=amd)["ran"]
+    skipped = r.job("build", matrix=arm)
+    assert not skipped["ran"] and "ubuntu-24.04-arm" in skipped["why"]
+    with pytest.raises(AssertionError) as e:
+        r.job("index")
+    said = " ".join(str(e.value).split())
+    assert "linux/arm64: " in said and "is not in the registry" in said, said
+    assert "index not assembled: tiny-cpu-multi" in said
+    from builder.image import registry as reg
+
+    repo = reg.Repository.parse(registry)
+    assert reg.manifest_digest(repo, "tiny-cpu-multi") is None
+    # What the arm64 runner's build job runs, run here under QEMU user emulation.
+    env = _runner_env(home) | {"PATH": os.environ["PATH"]}
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "imgbuild"), "build", "tiny-cpu-multi",
+                           "--platform", "linux/arm64", "--registry", registry, "--push"],
+                          cwd=src, env=env, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = r.job("index")
+    assert out["ran"], out
+    found = reg.fetch_index(repo, "tiny-cpu-multi")
+    assert found is not None and set(found[1]) == {"linux/amd64", "linux/arm64"}
 
 
 def test_push_of_one_spec_selects_exactly_that_target(tmp_path):

@@ -4,17 +4,19 @@ overrides and patches that go with them."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from ..errors import SpecError
+from ..errors import InputError, SpecError
 from .schema import Doc, requirement
 
 ENGINES = ("sglang", "vllm", "transformers")
-CPU_ARCHES = ("x86_64", "aarch64")
+# The OCI platforms a target may name, and the CPU arch each one's wheels are built for.
+PLATFORMS = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+CPU_ARCHES = tuple(PLATFORMS.values())
 ARCH_RE = re.compile(r"^sm\d{2,3}[a-z]?$")
 
 
@@ -34,6 +36,7 @@ class Index:
     name: str
     url: str
     packages: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()  # the platforms whose locks ask it (none listed: all)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Target:
     archs: tuple[str, ...]
     os: str
     flavor: str = "devel"  # devel | cuda-devel | slim (see images/bases.yaml)
-    cpu_arch: str = "x86_64"
+    platforms: tuple[str, ...] = ("linux/amd64",)
     python: str | None = None
     requirements: tuple[str, ...] = ()
     overrides: tuple[Override, ...] = ()
@@ -59,8 +62,29 @@ class Target:
     def engine_requirement(self) -> str:
         return f"{self.engine}=={self.engine_version}"
 
+    @property
+    def multi_platform(self) -> bool:
+        return len(self.platforms) > 1
 
-TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "cpu_arch",
+    @property
+    def cpu_arch(self) -> str:
+        """The CPU arch of the target's first platform: of its only one once `on()` chose."""
+        return PLATFORMS[self.platforms[0]]
+
+    def on(self, platform: str) -> Target:
+        """The target as one platform's image sees it: that platform only, and only the
+        indexes its locks ask. Its requirements keep their markers (`platform_machine == ...`):
+        uv evaluates them for the platform it resolves for."""
+        if platform not in self.platforms:
+            raise InputError(
+                f"target '{self.name}' is not built for {platform}",
+                facts=[f"{self.path}: platforms: [{', '.join(self.platforms)}]"],
+                hint="pass one of its platforms to --platform, or add it to `platforms:`")
+        return replace(self, platforms=(platform,), indexes=tuple(
+            ix for ix in self.indexes if not ix.platforms or platform in ix.platforms))
+
+
+TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "platforms",
                "requirements", "overrides", "patches", "indexes", "smoke", "model"}
 FLAVORS = ("devel", "cuda-devel", "slim")
 
@@ -83,9 +107,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     for i, a in enumerate(archs):
         if not ARCH_RE.match(a) and a != "cpu":
             raise SpecError(path, f"archs[{i}]", "a CUDA arch such as sm90, sm100, sm120 (or cpu)", a)
-    cpu_arch = doc.get("cpu_arch", str, "x86_64")
-    if cpu_arch not in CPU_ARCHES:
-        raise SpecError(path, "cpu_arch", "one of " + ", ".join(CPU_ARCHES), cpu_arch)
+    platforms = _platforms(doc, "platforms", default=("linux/amd64",))
     python = doc.get("python", str, None, what="a Python version in quotes, e.g. '3.12'")
     if python is not None and not re.match(r"^3\.\d+$", python):
         raise SpecError(path, "python", "a Python minor version such as '3.12'", python)
@@ -105,11 +127,16 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     indexes = []
     for i, ix in enumerate(doc.get("indexes", list, [])):
         xd = doc.sub(f"indexes[{i}]", ix)
-        xd.reject_unknown({"name", "url", "packages"})
+        xd.reject_unknown({"name", "url", "packages", "platforms"})
         url = xd.get("url", str)
         if not re.match(r"^https?://", url):
             raise SpecError(path, xd.key("url"), "an http(s) URL of a PEP 503 simple index", url)
-        indexes.append(Index(xd.get("name", str), url, xd.str_list("packages")))
+        ix_platforms = _platforms(xd, "platforms", default=())
+        for j, p in enumerate(ix_platforms):
+            if p not in platforms:
+                raise SpecError(path, xd.key(f"platforms[{j}]"),
+                                "one of the target's platforms (" + ", ".join(platforms) + ")", p)
+        indexes.append(Index(xd.get("name", str), url, xd.str_list("packages"), ix_platforms))
     smoke = doc.get("smoke", dict, {})
     sd = doc.sub("smoke", smoke)
     sd.reject_unknown({"model"})
@@ -119,8 +146,21 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     return Target(
         name=name, path=path, description=doc.get("description", str, ""),
         engine=engine, engine_version=version, archs=archs, os=doc.get("os", str), flavor=flavor,
-        cpu_arch=cpu_arch, python=python, requirements=reqs, overrides=tuple(overrides),
+        platforms=platforms, python=python, requirements=reqs, overrides=tuple(overrides),
         patches=doc.str_list("patches"), indexes=tuple(indexes),
         smoke_model=sd.get("model", str, None), default_model=doc.get("model", str, None),
     )
 
+
+
+def _platforms(doc: Doc, key: str, *, default: tuple[str, ...]) -> tuple[str, ...]:
+    got = doc.str_list(key, default=default)
+    for i, p in enumerate(got):
+        if p not in PLATFORMS:
+            raise SpecError(doc.path, doc.key(f"{key}[{i}]"),
+                            "an OCI platform: one of " + ", ".join(PLATFORMS), p)
+    if len(set(got)) != len(got):
+        raise SpecError(doc.path, doc.key(key), "each platform once", ", ".join(got))
+    if key == "platforms" and not got and default:
+        raise SpecError(doc.path, doc.key(key), "at least one platform", "[]")
+    return got

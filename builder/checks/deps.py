@@ -13,9 +13,10 @@ from . import drift
 
 
 def check_deps(ws: Workspace, target: str, *, model: str | None,
-               lock: Lockfile | None = None) -> list[drift.Finding]:
-    """Findings for the target's locked engines and the formats its models declare."""
-    ref = ws.target(target)
+               lock: Lockfile | None = None, platform: str | None = None) -> list[drift.Finding]:
+    """Findings for the target's locked engines and the formats its models declare (on one of
+    its platforms: default the first)."""
+    ref = ws.target(target, platform)
     t = ref.target
     lock = lock or ref.lock()
     fams = ws.families

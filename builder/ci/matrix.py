@@ -1,21 +1,25 @@
-"""The CI matrix: one job per target, for an existing CI engine to run.
+"""The CI matrix: one job per target and platform, for an existing CI engine to run.
 
 imgbuild does not schedule builds; GitHub Actions (or Buildx Bake on a BuildKit fleet) does.
 This module turns images/ into what those engines read:
 
-- `jobs()`: one job per target (its CPU arch and GPU archs, its default model or none), each
-  with the Plan's content key. With `changed_since=REF` only the jobs whose content key (or
-  patch files) differ from the same job computed from REF's images/ and lockfiles/.
+- `jobs()`: one job per target and platform (its CPU arch and GPU archs, its default model or
+  none), each with the Plan's content key. With `changed_since=REF` only the jobs whose
+  content key (or patch files) differ from the same job computed from REF's images/ and
+  lockfiles/.
 - `github()`: a `strategy.matrix` value (`{"include": [...]}`), with the runner each job needs:
-  a GPU runner labelled with the arch it smoke-tests on, or a hosted CPU runner.
+  a GPU runner labelled with its CPU arch and the GPU arch it smoke-tests on, or a hosted CPU
+  runner of the platform's arch (arm64 builds natively on `ubuntu-24.04-arm`).
 - `bake()`: a Buildx Bake file (JSON) with one target per job: the Dockerfile imgbuild renders
   (`dockerfile-inline`), the content tag, the labels `imgbuild build` sets, the build argument,
   the platform; groups per engine and `default`.
 
 Why one job per target and not per GPU arch: a target is one image whose kernels cover all
 its archs (sm100 and sm120 in the same wheels); per-arch jobs would build the same bytes twice
-and race for the same tags. The CPU arch is the real variant (x86_64 and aarch64 runners), and
-each target names one. The job smoke-tests on a runner of its first arch.
+and race for the same tags. The platform is the real variant: another lock, another base,
+another runner. A target that names several platforms gets a job per platform, each pushing
+its own content tag; the workflow's `index` job assembles their OCI image index after all of
+them passed (`imgbuild index`), which is when the target's moving tags move.
 
 How CI uses the bake file: Bake builds and pushes the *content tag* only; the context each
 target names is assembled by imgbuild (`write_contexts`: the lock in two parts, uv, the
@@ -52,7 +56,6 @@ DEFAULT_CONTEXT_DIR = "imgbuild-contexts"
 NO_PREVIOUS_COMMIT = "0" * 40  # what GitHub sends as `before` for a new branch
 CPU_RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
 RUNNER_ARCH = {"x86_64": "x64", "aarch64": "arm64"}
-PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 _BAKE_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
@@ -65,6 +68,8 @@ class Job:
     engine_version: str
     archs: tuple[str, ...]
     cpu_arch: str
+    platform: str  # linux/arm64: the image this job builds
+    multi_platform: bool  # one of several platforms: the `index` job assembles them after
     gpu: bool
     smoke_arch: str | None  # the GPU arch the job's runner has
     content_key: str
@@ -78,10 +83,6 @@ class Job:
     plan: Plan | None = field(default=None, compare=False, repr=False)
 
     @property
-    def platform(self) -> str:
-        return PLATFORMS[self.cpu_arch]
-
-    @property
     def runner(self) -> str | list[str]:
         if not self.gpu:
             return CPU_RUNNERS[self.cpu_arch]
@@ -91,24 +92,31 @@ class Job:
         return {"name": self.name, "target": self.target, "model": self.model,
                 "engine": self.engine, "engine_version": self.engine_version,
                 "archs": list(self.archs), "cpu_arch": self.cpu_arch, "platform": self.platform,
+                "multi_platform": self.multi_platform,
                 "gpu": self.gpu, "smoke_arch": self.smoke_arch, "runner": self.runner,
                 "content_key": self.content_key, "content_tag": self.content_tag,
                 "refs": list(self.refs), "lock": self.lock, "base_image": self.base_image,
                 "flavor": self.flavor, "smoke_model": self.smoke_model, "changed": self.changed}
 
 
-def job_name(target: str, model: str | None) -> str:
-    return re.sub(r"[^a-zA-Z0-9_-]", "_", target + (f"-{model}" if model else ""))
+def job_name(target: str, model: str | None, platform: str | None = None) -> str:
+    """target[-model][-arch]: the arch only for one platform of several."""
+    arch = f"-{platform.split('/', 1)[1]}" if platform else ""
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", target + (f"-{model}" if model else "") + arch)
 
 
-def _job(ws: Workspace, name: str, repository: str) -> Job:
-    t = ws.target(name).target
+def _job(ws: Workspace, name: str, repository: str, platform: str) -> Job:
+    t = ws.catalog.target(name)
     # resolve=False: CI builds what the repository pins; a missing lock is an error that says so.
-    plan = make_plan(ws, name, model=t.default_model, resolve=False, repository=repository)
+    plan = make_plan(ws, name, model=t.default_model, resolve=False, repository=repository,
+                     platform=platform)
     gpu = plan.archs != ("cpu",)
-    return Job(name=job_name(plan.target, plan.model), target=plan.target, model=plan.model,
+    return Job(name=job_name(plan.target, plan.model,
+                             platform if t.multi_platform else None),
+               target=plan.target, model=plan.model,
                engine=plan.engine, engine_version=plan.engine_version, archs=plan.archs,
-               cpu_arch=plan.cpu_arch, gpu=gpu, smoke_arch=plan.archs[0] if gpu else None,
+               cpu_arch=plan.cpu_arch, platform=plan.platform,
+               multi_platform=t.multi_platform, gpu=gpu, smoke_arch=plan.archs[0] if gpu else None,
                content_key=plan.content_key, content_tag=plan.content_tag, refs=plan.refs,
                lock=plan.lock_path, base_image=plan.base_image, flavor=plan.flavor,
                smoke_model=plan.smoke_model, plan=plan)
@@ -123,7 +131,8 @@ def jobs(ws: Workspace, *, changed_since: str | None = None,
     a change of imgbuild itself does not rebuild everything: only spec, lock, patch and base
     changes count). A target new since the ref, or one the ref cannot plan, is kept.
     """
-    out = [_job(ws, n, repository) for n in sorted(ws.catalog.targets)]
+    out = [_job(ws, n, repository, p) for n in sorted(ws.catalog.targets)
+           for p in ws.catalog.target(n).platforms]
     if changed_since is None:
         return out
     if changed_since.strip("0") == "":
@@ -207,8 +216,11 @@ def _why_changed(ws: Workspace, old_ws: Workspace, j: Job, ref: str,
                  repository: str) -> str | None:
     if j.target not in old_ws.catalog.targets:
         return f"new since {ref}"
+    if j.platform not in old_ws.catalog.target(j.target).platforms:
+        return f"platform {j.platform} new since {ref}"
     try:
-        old = make_plan(old_ws, j.target, model=j.model, resolve=False, repository=repository)
+        old = make_plan(old_ws, j.target, model=j.model, resolve=False, repository=repository,
+                        platform=j.platform)
     except ImgbuildError as e:
         return f"cannot be planned at {ref}: {e.message}"
     if old.content_key != j.content_key:
@@ -234,6 +246,7 @@ def github(job_list: list[Job]) -> dict:
     return {"include": [{
         "name": j.name, "target": j.target, "model": j.model or "", "engine": j.engine,
         "engine_version": j.engine_version, "archs": ",".join(j.archs), "platform": j.platform,
+        "multi_platform": j.multi_platform,
         "gpu": j.gpu, "smoke_arch": j.smoke_arch or "", "runner": j.runner,
         "content_tag": j.content_tag, **({"changed": j.changed} if j.changed else {}),
     } for j in job_list]}
@@ -252,7 +265,8 @@ def bake(job_list: list[Job], ws: Workspace, *, context_dir: str = DEFAULT_CONTE
     groups: dict[str, list[str]] = {}
     for j in job_list:
         plan = _plan(j)
-        carried = bool(ws.wheels) and bool(local_wheels(ws.target(j.target).lock(), ws.wheels))
+        carried = bool(ws.wheels) and bool(local_wheels(ws.target(j.target, j.platform).lock(),
+                                                        ws.wheels))
         labels = dict(plan.labels) | {f"{LABEL_NS}.content-key": plan.content_key}
         targets[j.name] = {
             "context": f"{context_dir.rstrip('/')}/{j.name}",
@@ -294,7 +308,7 @@ def write_contexts(job_list: list[Job], ws: Workspace, dest: Path, *,
         if ctx.exists():
             shutil.rmtree(ctx)
         ctx.mkdir(parents=True)
-        prepare_context(plan, ws.target(j.target).lock(), ctx, wheels=ws.wheels,
+        prepare_context(plan, ws.target(j.target, j.platform).lock(), ctx, wheels=ws.wheels,
                         smoke_model_dir=smoke_dir, patches=ws.patches)
         out[j.name] = ctx
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..catalog.archs import gpu_named, parse_arch
+from ..catalog.targets import PLATFORMS
 from ..errors import InputError
 from ..image.reference import parse_name
 from ..workspace import Workspace
@@ -39,16 +40,37 @@ def _same_cpu(given: list[str], ws: Workspace, name: str) -> None:
         target = ws.catalog.target(name)
     except InputError:
         return  # the command says the target is unknown
+    cpus = {PLATFORMS[p] for p in target.platforms}
     for a in given:
         gpu = gpu_named(a, ws.catalog)
-        if gpu is not None and gpu.cpu_arch != target.cpu_arch:
+        if gpu is not None and gpu.cpu_arch not in cpus:
             others = sorted(n for n, t in ws.catalog.targets.items()
-                            if t.cpu_arch == gpu.cpu_arch and gpu.sm in t.archs)
+                            if gpu.cpu_arch in {PLATFORMS[p] for p in t.platforms}
+                            and gpu.sm in t.archs)
+            want = next(p for p, c in PLATFORMS.items() if c == gpu.cpu_arch)
             raise InputError(
-                f"{a} sits in {gpu.cpu_arch} hosts, and {name} is an {target.cpu_arch} image",
+                f"{a} sits in {gpu.cpu_arch} hosts, and {name} has no {want} image",
                 facts=[f"images/gpus.yaml: {', '.join(gpu.names)}: {gpu.sm}, cpu_arch "
                        f"{gpu.cpu_arch}",
-                       f"{target.path}: cpu_arch {target.cpu_arch}"],
+                       f"{target.path}: platforms: [{', '.join(target.platforms)}]"],
                 hint=(f"use {' or '.join(others)}" if others else
-                      f"use a target with `cpu_arch: {gpu.cpu_arch}`")
-                + f", or --arch {gpu.sm} for {target.cpu_arch} hosts with that GPU")
+                      f"use a target with `platforms: [{want}]`")
+                + f", or --arch {gpu.sm} for {', '.join(target.platforms)} hosts with that GPU")
+
+
+def platforms(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--platform linux/arm64 (repeat or comma-separate) -> ("linux/arm64",); a bare arch
+    (arm64, aarch64) is read as its linux platform. None: the target's platforms."""
+    given = [p.strip() for v in (getattr(args, "platform", None) or []) for p in v.split(",")]
+    if any(not p for p in given):
+        raise InputError("--platform has an empty entry",
+                         hint="name a platform: " + ", ".join(PLATFORMS))
+    out = []
+    for p in given:
+        full = p if "/" in p else next((k for k, c in PLATFORMS.items()
+                                        if p in (c, k.split("/")[1])), p)
+        if full not in PLATFORMS:
+            raise InputError(f"--platform {p}: not a platform imgbuild builds",
+                             hint="one of " + ", ".join(PLATFORMS))
+        out.append(full)
+    return tuple(dict.fromkeys(out)) or None

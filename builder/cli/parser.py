@@ -13,7 +13,7 @@ COMMANDS = {
     "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
-    "smoke-model": "smoke_model", "verify": "verify",
+    "smoke-model": "smoke_model", "verify": "verify", "index": "index",
 }
 
 
@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     select.add_argument("--arch", action="append", metavar="ARCH",
                         help="GPU archs instead of the target's: sm100, 10.0, B200, 'RTX PRO 6000' "
                              "(repeat or comma-separate)")
+    select.add_argument("--platform", action="append", metavar="OS/ARCH",
+                        help="some of a multi-platform target's platforms (linux/amd64, "
+                             "linux/arm64; repeat or comma-separate); default: all it names "
+                             "(pull: this host's)")
     select.add_argument("--flavor", choices=("devel", "cuda-devel", "slim"),
                         help="devel: OS base + the CUDA toolkit from NVIDIA's wheels; "
                              "cuda-devel: nvidia/cuda cudnn-devel base; slim: OS base, CUDA "
@@ -81,6 +85,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("pull", parents=[common, select],
                        help="pull the prebuilt image for a target")
     s.add_argument("target")
+    s.add_argument("--model")
+    s.add_argument("--registry", required=True)
+    s = sub.add_parser("index", parents=[common],
+                       help="assemble a multi-platform target's OCI image index from its pushed "
+                            "platform images, then move its tags onto it")
+    s.add_argument("targets", nargs="*")
+    s.add_argument("--all", action="store_true", help="every multi-platform target")
     s.add_argument("--model")
     s.add_argument("--registry", required=True)
     s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from docker.errors import APIError, NotFound
 
-from ..catalog.hardware import Base
+from ..catalog.hardware import DEBIAN_ARCH, Base
 from ..errors import EnvError, InputError, JobFailed
 from ..fsutil import atomic_write_text
 from ..progress import SILENT, Progress
@@ -228,6 +228,12 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
 def host_cpu() -> str:
     m = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def host_platform() -> str:
+    """This machine's OCI platform (linux/amd64), as an index lists it."""
+    cpu = host_cpu()
+    return f"linux/{DEBIAN_ARCH.get(cpu, cpu)}"
 
 
 def check_emulation(cpu_arch: str) -> None:

@@ -87,6 +87,74 @@ def manifest_digest(repo: Repository, tag: str) -> str | None:
     return r.headers.get("Docker-Content-Digest")
 
 
+def manifest_descriptor(repo: Repository, reference: str) -> dict | None:
+    """{mediaType, digest, size} of the manifest a tag or digest names (what an index lists),
+    or None when the registry has no such manifest."""
+    if repo.host is None:
+        return None
+    r = repo.api.request("HEAD", f"{repo.path}/manifests/{reference}", scope=repo.scope("pull"),
+                         headers={"Accept": MANIFEST_TYPES})
+    if r.status_code == 404:
+        return None
+    _expect(r, (200,), repo, f"manifest {reference}")
+    return {"mediaType": r.headers.get("Content-Type", "").split(";")[0].strip(),
+            "digest": r.headers.get("Docker-Content-Digest"),
+            "size": int(r.headers.get("Content-Length", "0"))}
+
+
+# --- OCI image indexes: one tag, a manifest per platform ------------------------------------
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+INDEX_TYPES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
+
+
+def index_document(entries: list[tuple[str, dict]], annotations: dict[str, str]) -> bytes:
+    """An OCI image index over (platform, manifest descriptor) pairs. The same entries give the
+    same bytes (no time in it), so the same images always make the same index digest."""
+    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": d["mediaType"], "digest": d["digest"], "size": d["size"],
+         "platform": {"os": plat.split("/")[0], "architecture": plat.split("/")[1]}}
+        for plat, d in entries], "annotations": dict(sorted(annotations.items()))}
+    return json.dumps(doc, indent=2).encode()
+
+
+def push_index(repo: Repository, tags: tuple[str, ...], body: bytes) -> str:
+    """PUT the index under each tag in order (the content tag first, then the moving tags);
+    return its digest. The registry refuses an index whose manifests it does not hold."""
+    for tag in tags:
+        r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}",
+                             scope=repo.scope("pull", "push"), data=body,
+                             headers={"Content-Type": OCI_INDEX})
+        _expect(r, (200, 201), repo, f"index {tag}")
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None:
+    """(index digest, platform → manifest digest) of the index under `tag`, the index checked
+    against its digest; None when the tag does not exist. A tag that names a single image
+    manifest is an error that says so."""
+    m = repo.api.request("GET", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
+                         headers={"Accept": ", ".join(INDEX_TYPES)})
+    if m.status_code == 404:
+        return None
+    _expect(m, (200,), repo, f"index {tag}")
+    digest = "sha256:" + hashlib.sha256(m.content).hexdigest()
+    header = m.headers.get("Docker-Content-Digest")
+    if header and header != digest:
+        raise JobFailed(f"registry {repo.host} served index {tag} with other bytes than its "
+                        f"digest {header}", hint="nothing was used")
+    doc = m.json()
+    if doc.get("mediaType") not in INDEX_TYPES and "manifests" not in doc:
+        raise JobFailed(f"{repo.name}:{tag} is a single image, not an index",
+                        hint="it was pushed by something other than `imgbuild index`")
+    out: dict[str, str] = {}
+    for d in doc.get("manifests", []):
+        p = d.get("platform") or {}
+        if p.get("os") and p.get("architecture"):
+            out.setdefault(f"{p['os']}/{p['architecture']}", d["digest"])
+    return digest, out
+
+
 def check_reachable(repo: Repository) -> None:
     """The registry answers the API (a 401 here is fine: each call answers its challenge)."""
     if repo.host is None:

@@ -114,6 +114,16 @@ def platform_sentence(message: str, platform: str) -> str | None:
             f"{m.group(1)}")
 
 
+def ships_cpu(message: str, cpu: str) -> bool | None:
+    """Whether the wheels uv says the package ships include one for `cpu` (None: uv named no
+    platforms). False means no glibc choice helps: only another CPU's image could take it."""
+    avail = _AVAILABLE.search(message)
+    if not avail:
+        return None
+    tags = re.findall(r"[\w.]+", avail.group(3))
+    return any(t == "any" or t.endswith("_" + cpu) or t == cpu for t in tags)
+
+
 def reconcile(req, resolve_fn, max_rounds: int = 12) -> tuple[list[Conflict], bool, str]:
     """Retry the resolution with proposed overrides until it resolves.
 

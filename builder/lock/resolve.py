@@ -133,10 +133,14 @@ def resolve_explained(req: LockRequest, wheels: Path | None = None) -> str:
         uv_chain = first.facts
         sentence = conflicts.platform_sentence("\n".join(uv_chain), req.uv_platform)
         if sentence:
-            raise ResolveError(sentence, facts=uv_chain,
-                               hint="use a base image with a newer glibc (see images/bases.yaml), "
-                                    "or pin an engine version that ships wheels for this "
-                                    "platform") from None
+            cpu = req.uv_platform.split("-", 1)[0]
+            if conflicts.ships_cpu("\n".join(uv_chain), cpu) is False:
+                hint = (f"it ships no {cpu} wheel at all: drop that platform from the target's "
+                        f"`platforms:`, or pin a version that ships {cpu} wheels")
+            else:
+                hint = ("use a base image with a newer glibc (see images/bases.yaml), or pin an "
+                        "engine version that ships wheels for this platform")
+            raise ResolveError(sentence, facts=uv_chain, hint=hint) from None
         found, ok, _ = conflicts.reconcile(req, lambda r: resolve(r, wheels))
         if not found:
             raise

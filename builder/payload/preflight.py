@@ -75,7 +75,8 @@ NAME_CAPABILITY = (
 NO_GPU_HINT = ("inside a container, start it with `--gpus all` (NVIDIA Container Toolkit) so "
                "the driver's nvidia-smi is mounted in")
 
-# argv -> (exit status, stdout, stderr). Tests pass one that replays recorded outputs.
+# argv -> (exit status, stdout, stderr). Tests pass one that replays recorded outputs; it is
+# asked for nvidia-smi's two queries and `uname -m`, and answers non-zero for what it lacks.
 Runner = Callable[[Sequence[str]], tuple[int, str, str]]
 
 
@@ -119,6 +120,7 @@ class Host:
     nvidia_smi: str | None = None  # the binary that answered; None when none was found
     error: str | None = None  # why there are no GPU facts
     notes: tuple[str, ...] = ()
+    cpu_arch: str | None = None  # `uname -m`: x86_64, aarch64 (None: unknown)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -140,6 +142,7 @@ class ImageFacts:
     cuda: str | None = None  # "13.0"; None for a CPU image
     min_driver: str | None = None  # "580.65.06"; derived from cuda when not given
     model: ModelFacts | None = None
+    cpu_arch: str | None = None  # the CPU the image's binaries are for: x86_64, aarch64
 
     @property
     def driver_floor(self) -> str | None:
@@ -183,14 +186,17 @@ class ImageFacts:
             model = ModelFacts(str(m["alias"]), size, tp)
         cuda = d.get("cuda")
         min_driver = d.get("min_driver")
+        cpu = d.get("cpu_arch")
+        if cpu not in (None, "", "none") and cpu not in ("x86_64", "aarch64"):
+            raise ValueError(f"cpu_arch: expected x86_64 or aarch64, got {cpu!r}")
         return cls(archs=tuple(a.strip() for a in archs),
                    cuda=None if cuda in (None, "", "none") else str(cuda),
                    min_driver=None if min_driver in (None, "", "none") else str(min_driver),
-                   model=model)
+                   model=model, cpu_arch=None if cpu in (None, "", "none") else str(cpu))
 
     def to_dict(self) -> dict[str, Any]:
         return {"archs": list(self.archs), "cuda": self.cuda, "min_driver": self.min_driver,
-                "model": asdict(self.model) if self.model else None}
+                "model": asdict(self.model) if self.model else None, "cpu_arch": self.cpu_arch}
 
 
 @dataclass(frozen=True)
@@ -303,10 +309,13 @@ def _subprocess_runner(argv: Sequence[str]) -> tuple[int, str, str]:
     return p.returncode, p.stdout, p.stderr
 
 
-def recorded_runner(gpus_csv: str, apps_csv: str) -> Runner:
-    """A runner that answers the two queries with recorded outputs (tests, `--recording`)."""
+def recorded_runner(gpus_csv: str, apps_csv: str, machine: str | None = None) -> Runner:
+    """A runner that answers the two queries (and `uname -m`, where the recording has it) with
+    recorded outputs (tests, `--recording`)."""
 
     def run(argv: Sequence[str]) -> tuple[int, str, str]:
+        if list(argv) == ["uname", "-m"] and machine:
+            return 0, machine, ""
         if any(a.startswith("--query-gpu=") for a in argv):
             return 0, gpus_csv, ""
         if any(a.startswith("--query-compute-apps=") for a in argv):
@@ -318,9 +327,10 @@ def recorded_runner(gpus_csv: str, apps_csv: str) -> Runner:
 
 def recording_runner(directory: str | os.PathLike[str]) -> Runner:
     d = Path(directory)
-    apps = d / "apps.csv"
+    apps, machine = d / "apps.csv", d / "uname-m.txt"
     return recorded_runner((d / "gpus.csv").read_text(),
-                           apps.read_text() if apps.exists() else "")
+                           apps.read_text() if apps.exists() else "",
+                           machine.read_text() if machine.exists() else None)
 
 
 def default_model_dir() -> str:
@@ -351,7 +361,10 @@ def probe(*, nvidia_smi: str | None = None, runner: Runner | None = None,
     """Read the host. `runner` replaces subprocess (recorded outputs); `nvidia_smi` names the
     binary (default: the one on PATH). Never raises for a missing GPU: that is a fact."""
     free, where = disk_free(model_dir) if model_dir is not None else (None, None)
-    base = Host(disk_free_bytes=free, disk_path=where)
+    rc, out, _ = (runner or _subprocess_runner)(["uname", "-m"])
+    machine = out.strip() if rc == 0 and out.strip() else None
+    base = Host(disk_free_bytes=free, disk_path=where,
+                cpu_arch={"arm64": "aarch64", "amd64": "x86_64"}.get(machine or "", machine))
     binary = nvidia_smi or "nvidia-smi"
     if runner is None:
         found = shutil.which(binary)
@@ -627,6 +640,22 @@ def _sglang_rule(facts: ImageFacts, host: Host) -> str:
                    f"{_gib(hi)}, but the engine would size its KV cache to the fullest GPU.")
 
 
+def check_cpu(facts: ImageFacts, host: Host) -> Verdict:
+    """The image's binaries are for this host's CPU: an aarch64 image (Grace, DGX Spark) on an
+    x86_64 host stops at its first exec with "exec format error", and the reverse likewise."""
+    if facts.cpu_arch is None or host.cpu_arch is None:
+        return Verdict("cpu", SKIP, "unknown: " + ("the image names no CPU arch"
+                                                   if facts.cpu_arch is None else
+                                                   "`uname -m` did not answer"))
+    if facts.cpu_arch == host.cpu_arch:
+        return Verdict("cpu", PASS, f"{facts.cpu_arch} image on an {host.cpu_arch} host")
+    return Verdict("cpu", FAIL, f"{facts.cpu_arch} image on an {host.cpu_arch} host: its "
+                                f"programs do not run here (exec format error); use the "
+                                f"image for {host.cpu_arch} (`imgbuild pull TARGET --platform "
+                                f"linux/{'arm64' if host.cpu_arch == 'aarch64' else 'amd64'}`"
+                                f" where the target has one)")
+
+
 def check_disk(facts: ImageFacts, host: Host) -> Verdict:
     m = facts.model
     if m is None or m.size_gb is None:
@@ -650,23 +679,24 @@ def verdicts(facts: ImageFacts, host: Host) -> list[Verdict]:
     held by others, disk. A host without a usable GPU gets `skip`s, never `pass`es, for the
     GPU checks (a CPU image passes those: it needs no GPU)."""
     disk = check_disk(facts, host)
+    cpu = check_cpu(facts, host)
     if facts.cpu_only:
         gpu_line = Verdict("nvidia-smi", SKIP, "CPU image: GPUs not needed" + (
             "" if host.gpus else f" ({host.error})" if host.error else ""))
-        return [gpu_line, check_arch(facts, host), check_driver(facts, host),
+        return [cpu, gpu_line, check_arch(facts, host), check_driver(facts, host),
                 Verdict("model fits", SKIP, "CPU image"), Verdict("gpus free", SKIP,
                                                                   "CPU image"), disk]
     if not host.gpus:
         why = host.error or "no NVIDIA GPU"
         skip = f"skipped: no NVIDIA GPU / {why}"
-        return [Verdict("nvidia-smi", SKIP, f"no NVIDIA GPU: {why}; {NO_GPU_HINT}"),
+        return [cpu, Verdict("nvidia-smi", SKIP, f"no NVIDIA GPU: {why}; {NO_GPU_HINT}"),
                 Verdict("arch", SKIP, skip), Verdict("driver", SKIP, skip),
                 Verdict("model fits", SKIP, skip), Verdict("gpus free", SKIP, skip), disk]
     names = sorted({g.name for g in host.gpus})
     seen = f"{len(host.gpus)} GPU(s): {', '.join(names)}; driver {host.driver or 'unknown'}"
     if host.notes:
         seen += "; " + "; ".join(host.notes)
-    return [Verdict("nvidia-smi", PASS, seen), check_arch(facts, host),
+    return [cpu, Verdict("nvidia-smi", PASS, seen), check_arch(facts, host),
             check_driver(facts, host), check_fit(facts, host), check_taken(facts, host), disk]
 
 

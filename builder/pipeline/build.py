@@ -17,11 +17,14 @@ from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
 from ..image import attest, buildlock, daemon, registry, smoke
+from ..image import base as base_image
 from ..lock.lockfile import Lockfile
 from ..plan.decide import make_plan
+from ..plan.index import IndexPlan, make_index_plan
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
+from .index import Assembled, assemble
 from .obtain import Built, obtain
 from .smokemodel import publish_smoke_model, smoke_model
 
@@ -39,6 +42,7 @@ class BuildOptions:
     rebuild: bool = False  # build even if the content tag exists
     smoke: bool = True
     force: bool = False  # move the moving tags even if the smoke test fails
+    platforms: tuple[str, ...] | None = None  # --platform: some of the target's (default all)
     no_cache: bool = False
     log_dir: Path | None = None
 
@@ -86,15 +90,101 @@ class Outcome:
         }
 
 
-def build_target(ws: Workspace, opts: BuildOptions, progress: Progress = SILENT) -> Outcome:
+@dataclass(frozen=True)
+class MultiOutcome:
+    """A multi-platform target's build: each platform's Outcome, then its index."""
+
+    index: IndexPlan
+    outcomes: tuple[Outcome, ...]
+    assembled: Assembled | None  # None: not assembled (held says why)
+    moved: tuple[str, ...]  # moving tags set locally, onto this host's platform image
+    held: str | None
+    seconds: float
+
+    @property
+    def action(self) -> str:
+        return ", ".join(f"{o.plan.platform} {o.action}" for o in self.outcomes)
+
+    def to_dict(self) -> dict:
+        pushed = [r for o in self.outcomes for r in o.published.pushed]
+        if self.assembled is not None:
+            pushed += list(self.assembled.pushed)
+        return {"target": self.index.target, "action": self.action,
+                "platforms": {o.plan.platform: o.to_dict() for o in self.outcomes},
+                "index": self.index.to_dict() | {
+                    "digest": self.assembled.digest if self.assembled else None,
+                    "held": self.held},
+                "content_tag": self.index.ref(), "refs": list(self.index.refs),
+                "pushed": pushed, "moved": list(self.moved), "held": self.held,
+                "seconds": round(self.seconds, 1)}
+
+
+def build_target(ws: Workspace, opts: BuildOptions,
+                 progress: Progress = SILENT) -> Outcome | MultiOutcome:
+    """Build one image, or for a target that names several platforms, one per platform (all
+    of them, or those `opts.platforms` names) and then their index."""
+    target = ws.catalog.target(opts.target)
+    chosen = tuple(r.target.platforms[0] for r in ws.platform_refs(opts.target, opts.platforms))
+    if not target.multi_platform:
+        return build_platform(ws, opts, chosen[0], progress)
+    start = time.monotonic()
+    repo = registry.repository(opts.registry, opts.push)
+    index = make_index_plan(ws, opts.target, model=opts.model, repository=repo.name,
+                            archs=opts.archs, flavor=opts.flavor, forced=opts.force)
+    outcomes = []
+    for p in chosen:
+        progress.note(f"{opts.target}: {p}" + (" (under QEMU user emulation)"
+                                                if p != base_image.host_platform() else ""))
+        outcomes.append(build_platform(ws, opts, p, progress))
+    return finish_index(index, tuple(outcomes), repo, push=opts.push, client=daemon.client(),
+                        seconds_from=start, progress=progress)
+
+
+def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry.Repository, *,
+                 push: bool, client, seconds_from: float,
+                 progress: Progress = SILENT) -> MultiOutcome:
+    """After each platform's gate: the moving tags locally onto this host's platform image,
+    and in the registry onto the index, assembled once every platform passed and was pushed."""
+    host = base_image.host_platform()
+    failed = [o.plan.platform for o in outcomes if not o.gate.open]
+    missing = [p for p in index.platforms if p not in {o.plan.platform for o in outcomes}]
+    moved: list[str] = []
+    mine = next((o for o in outcomes if o.plan.platform == host and o.gate.open), None)
+    if mine is not None:
+        # The Engine holds one image per tag: here it is the one this machine runs.
+        img = client.images.get(mine.plan.ref())
+        for t in index.tags:
+            img.tag(index.repository, t)
+            moved.append(index.ref(t))
+    held = None
+    if failed:
+        held = f"not every platform passed its gate ({', '.join(failed)})"
+    elif missing:
+        held = (f"only {', '.join(o.plan.platform for o in outcomes)} was built; the index "
+                f"needs {', '.join(index.platforms)} (`imgbuild index {index.target} "
+                f"--registry REPO` once each is pushed)")
+    elif not push:
+        held = "not pushed (--push assembles the index in the registry)"
+    assembled = assemble(index, repo, progress=progress) if held is None else None
+    if held:
+        progress.note(f"index {index.ref()} not assembled: {held}")
+    return MultiOutcome(index, outcomes, assembled, tuple(moved), held,
+                        time.monotonic() - seconds_from)
+
+
+def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = None,
+                   progress: Progress = SILENT) -> Outcome:
+    """One platform's image: plan, check, obtain, gate, publish its content tag (and, for a
+    single-platform target, its moving tags)."""
     start = time.monotonic()
     repo = registry.repository(opts.registry, opts.push)
     plan = make_plan(ws, opts.target, model=opts.model, repository=repo.name, archs=opts.archs,
-                     flavor=opts.flavor, forced=opts.force)
-    lock = ws.target(plan.target).lock()
+                     flavor=opts.flavor, forced=opts.force, platform=platform)
+    lock = ws.target(plan.target, plan.platform).lock()
     # Before anything is built: a symbol the engine uses that its locked dependency lacks
     # would fail at model load, after the download. Needs no Docker, so it comes first.
-    err = drift.as_error(check_deps(ws, plan.target, model=plan.model, lock=lock))
+    err = drift.as_error(check_deps(ws, plan.target, model=plan.model, lock=lock,
+                                    platform=plan.platform))
     if err is not None:
         raise err
     client = daemon.client()

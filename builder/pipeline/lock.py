@@ -67,7 +67,7 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
                  refresh: bool = False, jobs: int = 4) -> LockReport:
     if not names:
         raise InputError("name a target or pass --all", hint="see `imgbuild list`")
-    refs = [ws.target(n) for n in names]
+    refs = [r for n in names for r in ws.platform_refs(n)]  # one lock per platform
     entries: list[LockEntry] = []
     if check:
         def one(ref: TargetRef) -> LockEntry:

@@ -63,7 +63,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     if plan.smoke_model and smoke_dir is None:
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
                         "given to build it with")
-    index_urls = ws.target(plan.target).request.extra_index_urls  # with their credentials
+    index_urls = ws.target(plan.target, plan.platform).request.extra_index_urls  # with credentials
     with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td, \
             tempfile.TemporaryDirectory(prefix="imgbuild-secrets-") as sd:
         ctx = Path(td)

@@ -26,15 +26,17 @@ from .select import select
 def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
               repository: str = "imgbuild", resolve: bool = True,
               archs: tuple[str, ...] | None = None, flavor: str | None = None,
-              forced: bool = False) -> Plan:
-    """Compute the Plan. Resolves (and writes) the lock only when it is missing or stale;
-    resolve=False takes the committed lock as it is (CI plans what the repository pins).
+              forced: bool = False, platform: str | None = None) -> Plan:
+    """Compute the Plan for one platform's image (default: the target's first platform).
+    Resolves (and writes) the lock only when it is missing or stale; resolve=False takes the
+    committed lock as it is (CI plans what the repository pins).
 
     archs / flavor override the target's (`--arch`, `--flavor`); the lock does not depend on
     either, only the CUDA base and the labels do.
     """
     cat = ws.catalog
-    ref = ws.target(target_name)
+    index_platforms = cat.target(target_name).platforms
+    ref = ws.target(target_name, platform)
     target = ref.target
     model = model or target.default_model
     profile: ModelProfile | None = cat.model(model) if model else None
@@ -64,7 +66,8 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         checkpoint=profile.checkpoint if profile else None,
         model_size_gb=profile.size_gb if profile else None,
         tensor_parallel=profile.tensor_parallel if profile else None, serve_flags=serve_flags,
-        archs=archs, cpu_arch=target.cpu_arch, cuda=sel.cuda, min_driver=sel.min_driver,
+        archs=archs, cpu_arch=target.cpu_arch, platform=target.platforms[0],
+        index_platforms=index_platforms, cuda=sel.cuda, min_driver=sel.min_driver,
         selection=sel.reasoning, base=base.key, base_image=sel.base_image, base_os=base.name,
         flavor=flavor, python=python, python_packages=base.python_packages,
         platform_tag=f"{base.manylinux}_{target.cpu_arch}", uv_platform=req.uv_platform,

@@ -44,7 +44,22 @@ def finalize(draft: Plan, lock: Lockfile) -> Plan:
     with_labels = replace(draft, labels=tuple(sorted(labels(draft).items())))
     key = hashlib.sha256(json.dumps(key_document(with_labels, lock),
                                     sort_keys=True).encode()).hexdigest()
-    stem = draft.target + (f"-{draft.model}" if draft.model else "")
-    tags = (stem, f"{stem}-{draft.engine}{draft.engine_version}")
+    stem = tag_stem(draft.target, draft.model)
+    if len(draft.index_platforms) > 1:
+        # One manifest of an index: its content tag names its arch, and the moving tags are
+        # the index's (plan/index.py), so no tag claims one platform for all of them.
+        arch = draft.platform.split("/", 1)[1]
+        return replace(with_labels, content_key=f"sha256:{key}",
+                       content_tag=f"{stem}-{arch}-{key[:16]}", tags=())
     return replace(with_labels, content_key=f"sha256:{key}", content_tag=f"{stem}-{key[:16]}",
-                   tags=tags)
+                   tags=moving_tags(stem, draft.engine, draft.engine_version))
+
+
+def tag_stem(target: str, model: str | None) -> str:
+    return target + (f"-{model}" if model else "")
+
+
+def moving_tags(stem: str, engine: str, engine_version: str) -> tuple[str, ...]:
+    """The tags that follow the newest good image: the target's name, and with the engine's
+    version."""
+    return (stem, f"{stem}-{engine}{engine_version}")

@@ -18,6 +18,7 @@ LABELS = {
     "model": f"{LABEL_NS}.model",
     "size_gb": f"{LABEL_NS}.model-size-gb",
     "tp": f"{LABEL_NS}.tp",
+    "platform": f"{LABEL_NS}.platform",  # manylinux_2_36_aarch64: the CPU it runs on
 }
 
 
@@ -70,8 +71,11 @@ def facts_from_labels(labels: Mapping[str, str] | None) -> ImageFacts:
     if get("model"):
         model = {"alias": get("model"), "size_gb": get("size_gb"), "tensor_parallel": get("tp")}
     try:
+        platform = get("platform") or ""
+        cpu = next((c for c in ("x86_64", "aarch64") if platform.endswith("_" + c)), None)
         return ImageFacts.from_dict({"archs": archs.split(","), "cuda": get("cuda"),
-                                     "min_driver": get("min_driver"), "model": model})
+                                     "min_driver": get("min_driver"), "model": model,
+                                     "cpu_arch": cpu})
     except ValueError as e:
         raise InputError(f"the image's {LABEL_NS}.* labels are malformed: {e}",
                          hint="rebuild the image with this imgbuild") from None

@@ -27,6 +27,10 @@ class Plan:
     serve_flags: tuple[str, ...]
     archs: tuple[str, ...]
     cpu_arch: str
+    platform: str  # linux/amd64: this image's OCI platform
+    # Every platform the target names: with more than one, this image is one manifest of an
+    # OCI image index (plan/index.py), which carries the moving tags.
+    index_platforms: tuple[str, ...]
     cuda: str | None
     min_driver: str | None
     selection: tuple[str, ...]  # why this CUDA and base: the reasoning `plan` shows

@@ -19,11 +19,14 @@ FILE = Path(__file__).with_name("content-tags.json")
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
     from builder.plan.decide import make_plan
+    from builder.plan.index import make_index_plan
     from builder.workspace import Workspace
 
     ws = Workspace(images, lockfiles)
     names = sorted(ws.catalog.targets) + sorted(ws.catalog.generators)
-    return {n: make_plan(ws, n, resolve=False).content_tag for n in names}
+    # A multi-platform target's is its index's tag, whose key covers every platform's image.
+    return {n: (make_index_plan if n in ws.catalog.targets and ws.catalog.target(n).multi_platform
+                else make_plan)(ws, n, resolve=False).content_tag for n in names}
 
 
 def recorded() -> dict[str, str]:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...pipeline.build import BuildOptions, build_target
+from ...pipeline.build import BuildOptions, MultiOutcome, build_target
 from ...progress import SILENT
-from ..args import archs, workspace
+from ..args import archs, platforms, workspace
 from ..views import image as views
 
 
@@ -12,9 +12,13 @@ def run(args, out) -> int:
     ws = workspace(args)
     opts = BuildOptions(target=args.target, model=args.model, registry=args.registry,
                         archs=archs(args, ws), flavor=args.flavor, push=args.push,
+                        platforms=platforms(args),
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
                         no_cache=args.no_cache,
                         log_dir=Path(args.log_dir) if args.log_dir else None)
     outcome = build_target(ws, opts, SILENT if out.json else out.progress())
-    views.build(out, outcome)
+    if isinstance(outcome, MultiOutcome):
+        views.build_index(out, outcome)
+    else:
+        views.build(out, outcome)
     return 0

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from ...errors import InputError
-from ...image import attest
+from ...image import attest, registry
 from ...image.registry import Repository
 from ..args import workspace
 from ..views import image as views
@@ -15,11 +15,27 @@ def run(args, out) -> int:
     repo = Repository.parse(name)
     if repo.host is None:
         raise InputError(f"{args.ref} names no registry host", hint="verify checks a registry's copy")
-    first = attest.verify(repo, tag)
-    # The lock the image names, where this workspace has that target: compare it too.
-    target = first.labels.get("io.imgbuild.target")
     ws = workspace(args)
-    if target and target in ws.catalog.targets and ws.target(target).has_lock:
-        first = attest.verify(repo, tag, lock=ws.target(target).lock())
+    d = registry.manifest_descriptor(repo, tag)
+    if d is not None and d["mediaType"] in registry.INDEX_TYPES:
+        # An index: each platform's image is checked, with its own report, SBOM and provenance.
+        _, manifests = registry.fetch_index(repo, tag)
+        found = {p: _verify(ws, repo, m, p) for p, m in manifests.items()}
+        views.index_verification(out, args.ref, d["digest"], found)
+        return 0 if found and all(v.ok for v in found.values()) else 1
+    first = _verify(ws, repo, tag)
     views.verification(out, first)
     return 0 if first.ok else 1
+
+
+def _verify(ws, repo: Repository, reference: str, platform: str | None = None):
+    first = attest.verify(repo, reference)
+    # The lock the image names, where this workspace has that target: compare it too.
+    target = first.labels.get("io.imgbuild.target")
+    if target and target in ws.catalog.targets:
+        t = ws.catalog.target(target)
+        if platform is None or platform in t.platforms:
+            ref = ws.target(target, platform)
+            if ref.has_lock:
+                first = attest.verify(repo, reference, lock=ref.lock())
+    return first

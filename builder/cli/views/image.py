@@ -8,7 +8,8 @@ from rich.table import Table
 from ...image.base import BaseResult
 from ...image.smoke import SmokeReport
 from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
-from ...pipeline.build import Outcome
+from ...pipeline.build import MultiOutcome, Outcome
+from ...pipeline.index import Assembled
 from ...pipeline.preflight import Preflight
 from ...pipeline.pull import PullOutcome
 from ..console import Output
@@ -39,6 +40,33 @@ def build(out: Output, o: Outcome) -> None:
     kv(out.out, f"{o.plan.target}: {b.action}", rows)
 
 
+def build_index(out: Output, o: MultiOutcome) -> None:
+    if out.json:
+        out.print_json(o.to_dict())
+        return
+    for one in o.outcomes:
+        build(out, one)
+    rows = [("platforms", "\n".join(f"{p.platform}: {p.ref()}" for p in o.index.plans)),
+            ("time", f"{o.seconds:.1f} s")]
+    if o.moved:
+        rows.append(("tags here", "\n".join(o.moved) + "\n(onto this host's platform image)"))
+    if o.assembled is not None:
+        rows.append(("pushed", "\n".join(o.assembled.pushed)))
+    if o.held:
+        rows.append(("not assembled", o.held))
+    kv(out.out, f"{o.index.target}: index {o.index.content_tag}", rows)
+
+
+def indexes(out: Output, done: list[Assembled]) -> None:
+    if out.json:
+        out.print_json({"indexes": [a.to_dict() for a in done]})
+        return
+    for a in done:
+        kv(out.out, f"{a.plan.target}: index assembled", [
+            ("manifests", "\n".join(f"{p}: {d}" for p, d in a.manifests)),
+            ("pushed", "\n".join(a.pushed))])
+
+
 def pull(out: Output, o: PullOutcome) -> None:
     if out.json:
         out.print_json(o.to_dict())
@@ -48,11 +76,15 @@ def pull(out: Output, o: PullOutcome) -> None:
                  else ("passed" if rep.get("ok") else "FAILED (tags moved with --force)"
                        if rep.get("forced") else "FAILED") + "; " + ", ".join(
                            f"{s_['name']} {s_['status']}" for s_ in rep.get("stages", [])))
-    rows = [("image", o.ref), ("digest", o.digest), ("smoke", smoke_row)]
+    rows = [("platform", f"{o.platform} ({o.platform_why})"), ("image", o.ref),
+            ("digest", o.digest)]
+    if o.index_digest:
+        rows.append(("from index", o.index_digest))
+    rows.append(("smoke", smoke_row))
     if o.verified is not None:
         rows.append(("verified", "\n".join(f"{'ok' if ok else 'NO'}  {c}: {d}"
                                            for c, ok, d in o.verified.checks)))
-    kv(out.out, f"pulled {o.plan.target}", rows + [("tags", "\n".join(o.plan.refs))])
+    kv(out.out, f"pulled {o.plan.target}", rows + [("tags", "\n".join((o.ref, *o.moving)))])
 
 
 def smoke(out: Output, image: str, rep: SmokeReport) -> None:
@@ -117,6 +149,19 @@ def smoke_model(out: Output, doc: dict) -> None:
             ("files", f"{doc['files']} ({doc['bytes'] / 1e6:.2f} MB)"),
             ("made with", ", ".join(f"{k} {v}" for k, v in (doc["versions"] or {}).items())),
             ("pushed", doc["pushed"] or "no")])
+
+
+def index_verification(out: Output, ref: str, digest: str, found: dict) -> None:
+    """found: platform → image.attest.Verification of the manifest the index lists for it."""
+    if out.json:
+        out.print_json({"ref": ref, "index_digest": digest, "ok": all(
+            v.ok for v in found.values()), "platforms": {p: v.to_dict() for p, v in found.items()}})
+        return
+    out.out.print(f"{escape(ref)} is an index ({digest}) of {', '.join(found) or 'nothing'}")
+    for p, v in found.items():
+        table(out.out, f"{p}: {'ok' if v.ok else 'FAILED'} ({v.digest})",
+              ["check", "result", "detail"],
+              [[c, "ok" if ok else "FAILED", d] for c, ok, d in v.checks])
 
 
 def verification(out: Output, v) -> None:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from ...catalog.catalog import Catalog
 from ...checks import drift
 from ...pipeline.lock import LockReport
-from ...pipeline.plan import PlanReport
+from ...pipeline.plan import IndexReport, PlanReport
 from ..console import Output
 from . import kv, lines, table
 
@@ -16,18 +16,32 @@ def catalog(out: Output, cat: Catalog) -> None:
     if out.json:
         out.print_json({
             "targets": {n: {"engine": f"{t.engine}=={t.engine_version}", "archs": list(t.archs),
-                            "os": t.os, "flavor": t.flavor, "description": t.description}
+                            "os": t.os, "flavor": t.flavor, "platforms": list(t.platforms),
+                            "description": t.description}
                         for n, t in cat.targets.items()},
             "models": {a: {"name": m.name, "checkpoint": m.checkpoint, "size_gb": m.size_gb,
                            "tensor_parallel": m.tensor_parallel}
                        for a, m in cat.models.items()}})
         return
-    table(out.out, "targets", ["target", "engine", "archs", "os", "flavor"],
-          [[n, f"{t.engine} {t.engine_version}", " ".join(t.archs), t.os, t.flavor]
+    table(out.out, "targets", ["target", "engine", "archs", "platforms", "os", "flavor"],
+          [[n, f"{t.engine} {t.engine_version}", " ".join(t.archs),
+            " ".join(p.split("/")[1] for p in t.platforms), t.os, t.flavor]
            for n, t in cat.targets.items()])
     table(out.out, "model profiles", ["model", "name", "checkpoint", "size", "TP", "quantization"],
           [[a, m.name, m.checkpoint, f"{m.size_gb:g} GB", m.tensor_parallel, m.quant_summary]
            for a, m in cat.models.items()])
+
+
+def index_plan(out: Output, report: IndexReport) -> None:
+    if out.json:
+        out.print_json(report.to_dict())
+        return
+    for r in report.reports:
+        plan(out, r)
+    ix = report.index
+    kv(out.out, f"index for {ix.target}", [
+        ("platforms", "\n".join(f"{p.platform}: {p.ref()}" for p in ix.plans)),
+        ("content key", ix.content_key), ("tags", "\n".join(ix.refs))])
 
 
 def plan(out: Output, report: PlanReport) -> None:
@@ -46,7 +60,7 @@ def plan(out: Output, report: PlanReport) -> None:
         ("base", f"{p.base_image}  [{p.flavor}, {p.base_os}]"),
         ("why", "\n".join(p.selection)),
         ("python", p.python),
-        ("platform", p.platform_tag),
+        ("platform", f"{p.platform} ({p.platform_tag})"),
         ("lock", f"{p.lock_path}  ({p.lock_packages} packages, {p.lock_hash[:19]}…)"),
         ("heavy layer", ", ".join(p.heavy_packages) or "none"),
         ("overrides", "none" if not p.overrides else
