@@ -123,6 +123,22 @@ def test_relock_engine_edits_the_spec_and_writes_the_expected_diff(catalog, upst
     assert (ws.images / "t.yaml").read_text() == spec and read_lock(lock.path).body == lock.body
 
 
+def test_relock_of_a_multi_platform_target_moves_every_platforms_lock(catalog, upstream):
+    ws = catalog
+    (ws.images / "t.yaml").write_text(SPEC + "platforms: [linux/amd64, linux/arm64]\n")
+    ws = Workspace(ws.images, ws.lockfiles)
+    for ref in ws.platform_refs("t"):
+        ensure_lock(ref.request, ws.lockfiles)
+    upstream.add(WheelSpec("vllm", "1.1", requires=("compressed-tensors==0.10.0", "transformers>=4.0")))
+    res = od.relock(ws, "t", ["vllm"])
+    assert res.written and res.spec_edits == ("images/t.yaml: engine.version 1.0 → 1.1",)
+    ws2 = Workspace(ws.images, ws.lockfiles)  # the edited spec
+    for ref in ws2.platform_refs("t"):
+        lock, written = ensure_lock(ref.request, ws.lockfiles)
+        assert not written, ref.lock_path.name  # written for the edited spec, both of them
+        assert lock.package("vllm").version == "1.1", ref.lock_path.name
+
+
 def test_relock_dependency_with_upgrade_package(catalog, upstream):
     ws = catalog
     upstream.add(WheelSpec("transformers", "4.1"))

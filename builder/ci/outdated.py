@@ -672,10 +672,27 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
         raise ResolveError(f"{target} cannot take {', '.join(upgrade)}", facts=list(by),
                            hint=f"`imgbuild outdated {target}` shows what each newer release "
                                 "needs") from None
+    # A multi-platform target: every other platform's lock moves with the first, resolved for
+    # its own platform from the same requirements (they carry their markers), before anything
+    # is written.
+    others = []
+    for other in ws.platform_refs(target)[1:]:
+        oreq = replace(other.request, requirements=new_req.requirements)
+        try:
+            obody = compile_lock(oreq, wheels=wheels, prefer=other.lock().body,
+                                 upgrade=tuple(names), constraints=tuple(constraints),
+                                 index_urls=uv_urls)
+        except ResolveError as e:
+            raise ResolveError(f"{target} cannot take {', '.join(upgrade)} on "
+                               f"{other.target.platforms[0]}", facts=list(e.facts)[-12:],
+                               hint=f"`imgbuild outdated {target}` shows what each newer "
+                                    "release needs") from None
+        others.append((other.target.platforms[0], other.lock().body, obody))
     changes = _changes(lock, body)
     spec_edits = tuple(f"{t.path}: " + (f"engine.version {o} → {n}" if k == "engine"
                                         else f"requirements: {o} → {n}") for k, o, n in edits)
-    if not edits and body == lock.body and lock.inputs_hash == req.inputs_hash():
+    if not edits and body == lock.body and lock.inputs_hash == req.inputs_hash() \
+            and all(ob == nb for _, ob, nb in others):
         return RelockResult(target, ref.display, (), (), False,
                             "nothing to do: the lock already has the newest versions the "
                             "target allows")
@@ -702,6 +719,9 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
         else:
             req2 = req
         write_lock(lock_dir / req2.filename(), req2, body, uv_version())
+        for platform, _, obody in others:
+            oref = Workspace(ws.images, ws.lockfiles, ws.wheels).target(target, platform)
+            write_lock(oref.lock_path, oref.request, obody, uv_version())
     except BaseException:
         if original is not None:
             atomic_write_text(spec_path, original)
