@@ -10,6 +10,8 @@ weights: check-model reads names only), then timed, median of several runs:
 - fix    rewrite the ignore list and prove it (exact, suffix and substring recomputed),
          module index built anew
 - check-model  check, then fix on check's index, as `imgbuild check-model --fix` runs them
+- cli / cli --fix  the command as a user runs it (a new process: imports, the target's lock,
+         the checkpoint read, the report), against sglang-0516-blackwell (SGLang 0.5.16)
 
 Results: bench/results/checkmodel.json and a table on stdout.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine  # noqa: E402
-from builder import checkmodel  # noqa: E402
-from builder.spec import load_catalog  # noqa: E402
+from builder.checks import checkmodel  # noqa: E402
+from builder.workspace import Workspace  # noqa: E402
+
+IMGBUILD = str(ROOT / ".venv" / "bin" / "imgbuild")
 
 LAYERS = 60
 EXPERTS = 164  # 60 x 164 x 3 = 29,520 expert Linears
@@ -114,32 +119,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkmodel.json")
     args = ap.parse_args(argv)
-    cat = load_catalog()
+    ws = Workspace.open(ROOT / "images")
+    cat = ws.catalog
     target = replace(cat.target("sglang-blackwell"), engine_version="0.5.16")
-    engines = checkmodel.load_engines()
+    engines = ws.engines
     formats = {"nvfp4-pack-quantized", "mixed-precision", "pack-quantized", "float-quantized"}
     with tempfile.TemporaryDirectory() as td:
         root, modules, entries = make_checkpoint(Path(td))
         t_load, load_runs, ckpt = timed(lambda: checkmodel.load_checkpoint(root), args.rounds, "load")
 
         def run_check():
-            extra: dict = {}
-            fs = checkmodel.check(ckpt, target=target, catalog=cat, engines=engines,
-                                  ct_formats=formats, ct_version="0.19.0", analysis_out=extra)
-            return fs, extra
+            return checkmodel.analyze(ckpt, target=target, catalog=cat, engines=engines,
+                                      ct_formats=formats, ct_version="0.19.0")
 
-        t_check, check_runs, (findings, extra) = timed(run_check, args.rounds, "check")
+        t_check, check_runs, ana = timed(run_check, args.rounds, "check")
+        findings = ana.findings
         t_fix, fix_runs, result = timed(
             lambda: checkmodel.fix(ckpt.config, ckpt.module_names, "substring",
                                    quantized=ckpt.quantized), args.rounds, "fix")
 
         def run_both():  # as check-model runs them: fix reuses check's module index
-            fs, ex = run_check()
-            return checkmodel.fix(ckpt.config, ex["index"], "substring",
-                                  quantized=ckpt.quantized, packed=ex["packed"] or None)
+            a = run_check()
+            return checkmodel.fix(ckpt.config, a.index, "substring",
+                                  quantized=ckpt.quantized, packed=a.packed or None)
 
         t_both, both_runs, _ = timed(run_both, args.rounds, "check-model")
-    ana = extra["ignore"]
+        def cli(*extra: str):
+            r = subprocess.run([IMGBUILD, "check-model", str(root), "--target",
+                                "sglang-0516-blackwell", "--json", *extra], cwd=ROOT,
+                               capture_output=True, text=True)
+            if r.returncode not in (0, 1):
+                raise SystemExit(f"check-model failed:\n{r.stderr[-2000:]}")
+            return json.loads(r.stdout)
+
+        t_cli, cli_runs, cli_doc = timed(cli, args.rounds, "cli")
+        t_clifix, clifix_runs, clifix_doc = timed(
+            lambda: cli("--fix", str(Path(td) / "fixed" / "config.json")), args.rounds, "cli --fix")
+    ana = ana.ignore
     proof = result.proof
     doc = {
         "machine": machine(),
@@ -148,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
                   "tensor_names": len(ckpt.quantized) * 4 + (modules - len(ckpt.quantized)),
                   "layers": LAYERS, "experts": EXPERTS},
         "median_s": {"load": round(t_load, 4), "check": round(t_check, 4),
-                     "fix": round(t_fix, 4), "check-model": round(t_both, 4)},
+                     "fix": round(t_fix, 4), "check-model": round(t_both, 4),
+                     "cli": round(t_cli, 4), "cli --fix": round(t_clifix, 4)},
         "median_cpu_s": {k: round(statistics.median(v), 4) for k, v in CPU.items()},
         "runs_s": {"load": [round(x, 4) for x in load_runs],
                    "check": [round(x, 4) for x in check_runs],
                    "fix": [round(x, 4) for x in fix_runs],
-                   "check-model": [round(x, 4) for x in both_runs]},
+                   "check-model": [round(x, 4) for x in both_runs],
+                   "cli": [round(x, 4) for x in cli_runs],
+                   "cli --fix": [round(x, 4) for x in clifix_runs]},
+        "cli": {"findings": [f"{f['severity']}:{f['kind']}" for f in cli_doc["findings"]],
+                "fix_proof": (clifix_doc.get("fix") or {}).get("proof")},
         "result": {"offending_entries": len(ana.hiding), "hidden_modules": len(ana.hidden),
                    "moe_layers": len(ana.moe_layers),
                    "findings": [f"{f.severity}:{f.kind}" for f in findings],
@@ -168,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.rounds}")
     print(f"{'step':<13}{'median s':>10}{'min s':>10}{'max s':>10}{'cpu s':>10}")
     for k, runs in (("load", load_runs), ("check", check_runs), ("fix", fix_runs),
-                    ("check-model", both_runs)):
+                    ("check-model", both_runs), ("cli", cli_runs), ("cli --fix", clifix_runs)):
         print(f"{k:<13}{statistics.median(runs):>10.3f}{min(runs):>10.3f}{max(runs):>10.3f}"
               f"{statistics.median(CPU[k]):>10.3f}")
     print(f"fix: {len(result.replaced):,} entries -> {len(result.added)} re: expressions "

@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine  # noqa: E402
-from builder.lock import LockRequest, index_args, lock_many, uv_bin, uv_env  # noqa: E402
-from builder.plan import lock_request  # noqa: E402
-from builder.spec import load_catalog  # noqa: E402
+from builder.lock.lockfile import LockRequest  # noqa: E402
+from builder.lock.resolve import lock_many  # noqa: E402
+from builder.lock.uv import index_args, uv_bin, uv_env  # noqa: E402
+from builder.workspace import Workspace  # noqa: E402
 
 
 def raw_uv(req: LockRequest, wheels: Path | None, env: dict) -> float:
@@ -70,8 +71,9 @@ def main() -> None:
     args = ap.parse_args()
     wheels = os.environ.get("IMGBUILD_WHEELS") or ("/opt/wheels" if Path("/opt/wheels").is_dir() else None)
     wheels = Path(wheels) if wheels else None
-    cat = load_catalog()
-    reqs = [lock_request(cat, t) for t in cat.targets.values()]
+    ws = Workspace.open(ROOT / "images")
+    # Every lock the catalog has: one per target and platform.
+    reqs = [r.request for n in sorted(ws.catalog.targets) for r in ws.platform_refs(n)]
     samples: dict[str, list[float]] = {}
 
     def record(name: str, secs: float) -> None:

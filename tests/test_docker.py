@@ -60,6 +60,34 @@ def test_labels_on_the_image(built, docker_client):
     assert labels["org.opencontainers.image.title"] == "imgbuild tiny-cpu"
 
 
+def test_a_no_op_build_reuses_the_smoke_report_of_the_same_image(built, registry_repo,
+                                                                 tmp_path):
+    """The same image ID passed before: its report is reused (this machine's cache first, the
+    registry's next) and the output says so; --resmoke runs the test again."""
+    from builder.image import smoke
+
+    again = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json"))
+    assert again["action"] == "local" and again["image_id"] == built["image_id"]
+    assert again["smoke"]["ok"] is True and again["smoke"]["reused"].startswith("local cache")
+    assert again["moved"]  # a reused passing report opens the gate like a fresh one
+    said = " ".join(run_imgbuild("tiny-cpu", "--registry", registry_repo).stderr.split())
+    assert "smoke test not run again" in said and "--resmoke runs it" in said
+    # Another machine (an empty cache) that knows the image's digest in the registry.
+    r = run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json",
+                     env={"IMGBUILD_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    reg = _json(r)["smoke"]
+    assert reg["reused"].startswith(f"registry, {registry_repo}@sha256:"), reg
+    # --resmoke: run now, and remembered again.
+    forced = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--resmoke", "--json"))
+    assert forced["smoke"]["reused"] is None and forced["smoke"]["seconds"] > 0
+    # A cache entry that does not parse is not trusted: the test runs.
+    path = smoke._cache_file(built["image_id"])
+    path.write_text("{not json")
+    rerun = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json"))
+    assert rerun["smoke"]["reused"] is None and json.loads(path.read_text())["ok"] is True
+
+
 def test_second_push_does_not_build(built, registry_repo, docker_client):
     again = _json(run_imgbuild("tiny-cpu", "--push", "--registry", registry_repo, "--json"))
     assert again["action"] == "local" and again["build"] is None

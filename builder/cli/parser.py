@@ -76,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rebuild", action="store_true", help="build even if the content tag exists")
     s.add_argument("--no-smoke", action="store_true",
                    help="skip the smoke test (then only the content tag is set)")
+    s.add_argument("--resmoke", action="store_true",
+                   help="run the smoke test even if this image (by ID) passed it before: by "
+                        "default a passing report kept here or stored in the registry is reused")
     s.add_argument("--force", action="store_true",
                    help="move the moving tags even if the smoke test fails (loud; labelled "
                         "io.imgbuild.smoke-gate=forced, so it has a content tag of its own)")

@@ -7,10 +7,17 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 from ..errors import InputError
+from ..fsutil import atomic_write_text
+from ..lock.wheels import cache_root
 from ..plan import render
 from .daemon import run_cli
+
+CACHE_FORMAT = 1
+GPU_STAGE = "gpu-engine"
 
 
 @dataclass(frozen=True)
@@ -20,10 +27,12 @@ class SmokeReport:
     stages: tuple[dict, ...]
     seconds: float
     raw: dict
+    image_id: str | None = None  # the image's config digest: what the report is about
+    reused: str | None = None  # where an earlier report for this image came from; None: ran now
 
     def to_dict(self) -> dict:
         return {"image": self.image, "ok": self.ok, "seconds": round(self.seconds, 2),
-                "stages": list(self.stages)}
+                "stages": list(self.stages), "reused": self.reused}
 
 
 def host_has_gpu_runtime() -> bool:
@@ -40,11 +49,13 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
     """
     start = time.monotonic()
     engine = None
-    insp = run_cli(["image", "inspect", "--format", '{{index .Config.Labels "io.imgbuild.engine"}}',
-                    image], capture_output=True, text=True)
+    insp = run_cli(["image", "inspect", "--format",
+                    '{{.Id}} {{index .Config.Labels "io.imgbuild.engine"}}', image],
+                   capture_output=True, text=True)
     if insp.returncode != 0:
         raise InputError(f"image {image} is not here", hint="build or pull it first")
-    engine = insp.stdout.strip().split("==")[0] or None
+    image_id, _, engine = insp.stdout.strip().partition(" ")
+    engine = engine.split("==")[0] or None
     gpus = ["--gpus", "all"] if gpu != "off" and host_has_gpu_runtime() else []
     args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
             "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, "--json"]
@@ -63,8 +74,56 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
     except ValueError:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         return _failed(image, start, "the payload printed no report: " + " | ".join(tail))
-    return SmokeReport(image, bool(raw.get("ok")) and proc.returncode == 0,
-                       tuple(raw.get("stages", [])), secs, raw)
+    report = SmokeReport(image, bool(raw.get("ok")) and proc.returncode == 0,
+                         tuple(raw.get("stages", [])), secs, raw, image_id)
+    remember(report)
+    return report
+
+
+# --- earlier reports, by image ID -----------------------------------------------------------
+# An image ID is the digest of the image's config, which lists every layer by content: the
+# same ID is the same bytes, payload included. A passing report for it stays true; the one
+# thing that can change is the host, so a report whose GPU stage was skipped for want of a GPU
+# is not reused where there is one now.
+
+def _cache_file(image_id: str) -> Path:
+    return cache_root() / "smoke" / f"{image_id.replace(':', '-')}.json"
+
+
+def remember(report: SmokeReport) -> None:
+    """Keep the report by its image ID (the local cache `reusable` reads first)."""
+    if not report.image_id or report.reused:
+        return
+    doc = {"format": CACHE_FORMAT, "image_id": report.image_id, "ok": report.ok,
+           "stages": list(report.stages), "seconds": report.seconds, "raw": report.raw,
+           "ran_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    path = _cache_file(report.image_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(doc, indent=1))
+
+
+def recall(image: str, image_id: str) -> SmokeReport | None:
+    """The passing report this machine made for the image ID, where it still holds here."""
+    try:
+        doc = json.loads(_cache_file(image_id).read_text())
+    except (OSError, ValueError):
+        return None  # none, or unreadable: the test runs again
+    if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT \
+            or doc.get("image_id") != image_id:
+        return None
+    return reusable(image, image_id, doc, f"local cache, run {doc.get('ran_at', '?')}")
+
+
+def reusable(image: str, image_id: str | None, doc: dict, where: str) -> SmokeReport | None:
+    """An earlier report (local cache or registry) as this run's, if it passed and its GPU
+    stage did not skip for want of a GPU that this host has."""
+    stages = doc.get("stages")
+    if not doc.get("ok") or not isinstance(stages, list):
+        return None
+    gpu = next((s_ for s_ in stages if isinstance(s_, dict) and s_.get("name") == GPU_STAGE), {})
+    if gpu.get("status") in ("skip", "skipped") and host_has_gpu_runtime():
+        return None
+    return SmokeReport(image, True, tuple(stages), 0.0, doc.get("raw") or doc, image_id, where)
 
 
 def _failed(image: str, start: float, reason: str) -> SmokeReport:

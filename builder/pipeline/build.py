@@ -45,6 +45,7 @@ class BuildOptions:
     platforms: tuple[str, ...] | None = None  # --platform: some of the target's (default all)
     no_cache: bool = False
     log_dir: Path | None = None
+    resmoke: bool = False  # run the smoke test even if this image passed it before
 
 
 @dataclass(frozen=True)
@@ -199,14 +200,29 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
             publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
                                 progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
-                     progress=progress)
+                     resmoke=opts.resmoke, progress=progress)
         published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
                             commit=attest.git_commit(ws.images), progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
 
+def earlier_report(plan: Plan, built: Built, client,
+                   repo: registry.Repository) -> smoke.SmokeReport | None:
+    """A passing report made before for this very image: this machine's cache first, then the
+    one the registry stores by the image's digest there (when the Engine knows that digest)."""
+    found = smoke.recall(plan.ref(), built.image_id)
+    if found is not None or repo.host is None:
+        return found
+    digests = client.images.get(plan.ref()).attrs.get("RepoDigests") or []
+    digest = next((d.split("@", 1)[1] for d in digests if d.startswith(repo.name + "@")), None)
+    stored = registry.fetch_report(repo, digest) if digest else None
+    if stored is None:
+        return None
+    return smoke.reusable(plan.ref(), built.image_id, stored, f"registry, {repo.name}@{digest}")
+
+
 def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smoke: bool = True,
-         force: bool = False, progress: Progress = SILENT) -> Gate:
+         force: bool = False, resmoke: bool = False, progress: Progress = SILENT) -> Gate:
     """Smoke-test the image (or take the report the registry stores for a pulled one) and
     decide whether its moving tags may move. A failed smoke test moves the content tag aside
     (`…-smoke-failed`) and raises, unless forced."""
@@ -215,9 +231,16 @@ def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smo
         if built.action == "pulled" and built.registry_digest else None
     if stored is not None:
         report = smoke.SmokeReport(plan.ref(), bool(stored.get("ok")),
-                                   tuple(stored.get("stages", [])), 0.0, stored)
+                                   tuple(stored.get("stages", [])), 0.0, stored,
+                                   built.image_id, "registry")
     elif run_smoke and plan.smoke_model:
-        report = smoke.run(plan.ref())
+        if not resmoke:
+            report = earlier_report(plan, built, client, repo)
+        if report is not None:
+            progress.note(f"smoke test not run again: {plan.ref()} passed it before "
+                          f"({report.reused}); --resmoke runs it")
+        else:
+            report = smoke.run(plan.ref())
     if report is None:
         held = "no smoke test ran (--no-smoke)" if plan.smoke_model else \
             "the target has no smoke model"

@@ -14,7 +14,7 @@ def run(args, out) -> int:
                         archs=archs(args, ws), flavor=args.flavor, push=args.push,
                         platforms=platforms(args),
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
-                        no_cache=args.no_cache,
+                        no_cache=args.no_cache, resmoke=args.resmoke,
                         log_dir=Path(args.log_dir) if args.log_dir else None)
     outcome = build_target(ws, opts, SILENT if out.json else out.progress())
     if isinstance(outcome, MultiOutcome):

@@ -27,7 +27,9 @@ def build(out: Output, o: Outcome) -> None:
         rows.append(("build", f"{b.build.seconds:.1f} s, {b.build.steps} steps, "
                               f"{b.build.cached_steps} cached"))
     if g.report:
-        rows.append(("smoke", ("passed" if g.report.ok else "FAILED") + "; " + ", ".join(
+        rows.append(("smoke", ("passed" if g.report.ok else "FAILED") + (
+            f" (not run again: the report from the {g.report.reused}; --resmoke runs it)"
+            if g.report.reused else "") + "; " + ", ".join(
             f"{s['name']} {s['status']} {s.get('duration_s', 0):.1f}s"
             for s in g.report.stages)))
     rows.append(("tags", "\n".join([o.plan.ref()] + list(p.moved))))
