@@ -13,7 +13,7 @@ COMMANDS = {
     "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
-    "smoke-model": "smoke_model", "verify": "verify", "index": "index",
+    "smoke-model": "smoke_model", "verify": "verify", "index": "index", "size": "size",
 }
 
 
@@ -102,6 +102,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu", choices=("auto", "off", "require"), default="auto",
                    help="stage 4, the image's engine on a GPU: auto where there is one, "
                         "require turns a GPU skip into a failure")
+    s = sub.add_parser("size", parents=[common],
+                       help="where an image's bytes are: layers, kinds of file, packages, "
+                            "duplicated files, dead weight (any image with Python)")
+    s.add_argument("image")
+    s.add_argument("--top", type=int, default=15, help="packages and duplicates shown")
     s = sub.add_parser("preflight", parents=[common, select],
                        help="check this host (GPUs, driver, memory, disk) for an image or target")
     s.add_argument("subject", metavar="IMAGE|TARGET")

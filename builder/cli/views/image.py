@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ...image.base import BaseResult
+from ...image.sizes import SizeReport
 from ...image.smoke import SmokeReport
 from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
 from ...pipeline.build import MultiOutcome, Outcome
@@ -97,6 +98,34 @@ def smoke(out: Output, image: str, rep: SmokeReport) -> None:
           ["stage", "status", "seconds", "reason"],
           [[s["name"], s["status"], f"{s.get('duration_s', 0):.2f}", s.get("reason") or ""]
            for s in rep.stages])
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def size(out: Output, rep: SizeReport, *, top: int = 15) -> None:
+    if out.json:
+        out.print_json(rep.to_dict())
+        return
+    c = out.out
+    c.print(f"{escape(rep.image)}: {_gb(rep.total)} in {rep.files:,} files")
+    table(c, "layers (largest first)", ["size", "created by"],
+          [[_gb(s), escape(cmd.replace("/bin/sh -c ", "")[:90])]
+           for cmd, s in sorted(rep.layers, key=lambda x: -x[1]) if s][:8])
+    table(c, "by kind", ["kind", "size", "share"],
+          [[k, _gb(v), f"{100 * v / max(rep.total, 1):.1f}%"] for k, v in rep.by_kind])
+    table(c, f"by package (top {top})", ["package", "size", "of which"],
+          [[escape(o), _gb(v), ", ".join(f"{k} {_gb(b)}" for k, b in sorted(
+              rep.by_owner_kind.get(o, {}).items(), key=lambda kv: -kv[1])[:3])]
+           for o, v in rep.by_owner[:top]])
+    if rep.duplicates:
+        table(c, "the same bytes more than once (1 MiB or more)", ["size", "copies", "paths"],
+              [[_gb(d["size"]), str(len(d["paths"])), escape("\n".join(d["paths"]))]
+               for d in rep.duplicates[:top]])
+    dead = rep.dead_weight
+    c.print("dead weight: " + ", ".join(f"{k} {_gb(v)}" for k, v in dead.items())
+            + f" (total {_gb(sum(dead.values()))}, {100 * sum(dead.values()) / max(rep.total, 1):.1f}%)")
 
 
 PREFLIGHT_STYLE = {PASS: "bold green", FAIL: "bold red", WARN: "bold yellow", SKIP: "dim"}
