@@ -99,3 +99,52 @@ def test_plan_tags_and_json(cat):
     for k in ("target", "engine", "archs", "cuda", "base_image", "python", "platform_tag",
               "lock_path", "lock_hash", "overrides", "patches", "tags", "content_key"):
         assert k in d
+
+
+def _instructions(text: str) -> list[str]:
+    """Dockerfile instructions, continuation lines joined."""
+    out, cur = [], ""
+    for ln in text.splitlines():
+        if ln.startswith("#") and not cur:
+            continue
+        cur += ln.rstrip("\\") + " "
+        if not ln.endswith("\\"):
+            out.append(cur.strip())
+            cur = ""
+    return out
+
+
+def test_dead_weight_goes_in_the_step_that_installs_it(cat):
+    """Each flavor's prune rules (images/prune.yaml) are applied in the same RUN as each
+    install: a later RUN would leave the bytes in the install's layer."""
+    slim = [i for i in _instructions(render.dockerfile(plan(cat))) if "uv pip install" in i]
+    assert len(slim) == 2  # heavy and rest
+    for step, part in zip(slim, ("heavy", "rest")):
+        assert step.startswith("RUN ") and "-r /opt/imgbuild/" + part in step
+        assert "find . -mindepth 2 \\( -path './torch/test' -o -type d -name 'tests' -o " \
+               "-type f -name '*.a' \\) -prune -print -exec rm -rf {} +" in step
+        assert step.index("uv pip install") < step.index("find .")
+        assert step.endswith(f"> /opt/imgbuild/pruned-{part}.txt")
+    # devel keeps static libraries (nvcc links the CUDA runtime statically by default).
+    devel = render.dockerfile(plan(cat, "sglang-blackwell"))
+    assert "-path './torch/test' -o -type d -name 'tests'" in devel and "'*.a'" not in devel
+    # No rule for the flavor, no step: the Dockerfile (and so the content key) carries them.
+    assert "find ." not in render.dockerfile(dataclasses.replace(plan(cat), prune=()))
+
+
+@pytest.mark.parametrize("rule, said", [
+    ({"name": "x", "path": "../etc", "flavors": ["slim"], "why": "w"}, "no .., not absolute"),
+    ({"name": "x", "path": "/usr", "flavors": ["slim"], "why": "w"}, "no .., not absolute"),
+    ({"name": "x", "files": "*.a; rm -rf /", "flavors": ["slim"], "why": "w"}, "letters, digits"),
+    ({"name": "x", "path": "a", "files": "*.a", "flavors": ["slim"], "why": "w"},
+     "exactly one of path, dirs, files"),
+    ({"name": "x", "dirs": "tests", "flavors": ["fat"], "why": "w"}, "one of devel"),
+    ({"name": "x", "dirs": "tests", "flavors": ["slim"]}, "why nothing in the image reads"),
+])
+def test_prune_rules_are_checked(rule, said):
+    from builder.catalog.prune import parse_prune
+    from builder.errors import SpecError
+
+    with pytest.raises(SpecError) as e:
+        parse_prune({"rules": [rule]}, "images/prune.yaml")
+    assert said in str(e.value) + " ".join(e.value.facts or ()), str(e.value)

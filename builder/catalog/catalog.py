@@ -22,6 +22,7 @@ from .hardware import (
     parse_gpus,
 )
 from .models import ModelProfile, parse_model
+from .prune import PruneRule, parse_prune
 from .schema import read_yaml, rel, unknown
 from .targets import Target, parse_target
 
@@ -42,6 +43,7 @@ class Catalog:
     # Images imgbuild itself runs (images/generators/): locked and built like targets, but
     # not CI jobs of their own.
     generators: dict[str, Target] = field(default_factory=dict, hash=False)
+    prune: tuple[PruneRule, ...] = ()  # images/prune.yaml (none: the file is absent)
 
     def target(self, name: str) -> Target:
         """A target, or a generator (they are locked, planned and built the same way)."""
@@ -61,7 +63,7 @@ class Catalog:
 
 
 # Files under images/ that are catalog data, not targets.
-DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml"}
+DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml", "prune.yaml"}
 
 
 def load_catalog(root: Path) -> Catalog:
@@ -106,6 +108,9 @@ def load_catalog(root: Path) -> Catalog:
         if m.generated and m.generator_image not in generators:
             raise SpecError(m.path, "generator.image", "a generator under images/generators/: "
                             + (", ".join(sorted(generators)) or "(none)"), m.generator_image)
+    prune_path = root / "prune.yaml"
+    prune = parse_prune(read_yaml(prune_path, root), rel(prune_path, root)) \
+        if prune_path.is_file() else ()
     return Catalog(root=root, targets=targets, models=models, bases=bases,
                    cuda_images=cuda_images, toolchain=toolchain, cuda=cuda, base_archs=base_archs, torch=torch,
-                   gpus=gpus, archs=archs, generators=generators)
+                   gpus=gpus, archs=archs, generators=generators, prune=prune)

@@ -93,6 +93,7 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         cuda_home=f"{VENV}/lib/python{python}/site-packages/{sel.toolkit_dir}"
         if sel.toolkit_dir else None,
         nvcc=sel.nvcc,
+        prune=tuple((r.kind, r.pattern) for r in cat.prune if flavor in r.flavors),
         kernel_coverage=cov.table() if cov else (),
         kernel_files=tuple(dict.fromkeys((f.package, f.member, f.sha256) for f in cov.files))
         if cov else (),

@@ -64,6 +64,8 @@ class Plan:
     devel_packages: tuple[str, ...] = ()
     cuda_home: str | None = None
     nvcc: str | None = None
+    # Dead weight the flavor drops, by rule (images/prune.yaml): (kind, pattern) pairs.
+    prune: tuple[tuple[str, str], ...] = ()
     # GPU code coverage read from the locked wheels (plan/coverage.py): per arch, package →
     # sass | ptx | jit | none; and the (package, member, sha256) of every file it was read
     # from, which the smoke test checks the image installed unchanged.

@@ -63,7 +63,19 @@ def serve_command(plan: Plan) -> list[str]:
             "--model", f"{ASSETS}/smoke-model"]
 
 
-def _install(lock_file: str) -> str:
+def _prune(plan: Plan, part: str) -> str:
+    """The flavor's dead weight (images/prune.yaml), removed in the step that installed it so
+    that its bytes never reach a layer; what went is listed in the image."""
+    if not plan.prune:
+        return ""
+    tests = {"path": "-path './{}'", "dirs": "-type d -name '{}'", "files": "-type f -name '{}'"}
+    expr = " -o ".join(tests[kind].format(pattern) for kind, pattern in plan.prune)
+    return (f" && \\\n    cd {VENV}/lib/python{plan.python}/site-packages && \\\n"
+            f"    find . -mindepth 2 \\( {expr} \\) -prune -print -exec rm -rf {{}} + \\\n"
+            f"      > {ASSETS}/pruned-{part}.txt")
+
+
+def _install(lock_file: str, plan: Plan) -> str:
     # One install step per lock part. Hashes are required and dependencies are not re-resolved:
     # the image gets exactly the lock. The CA bundle and index credentials are build secrets,
     # mounted for this step only; uv's cache is a cache mount, so it is reused across builds
@@ -79,7 +91,7 @@ def _install(lock_file: str) -> str:
         "    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert; fi; \\\n"
         f"    {TOOLS}/uv pip install --python {VENV}/bin/python --require-hashes --no-deps \\\n"
         "      --link-mode=copy --compile-bytecode $IMGBUILD_INDEX_FLAGS \\\n"
-        f"      -r {ASSETS}/{lock_file}\n"
+        f"      -r {ASSETS}/{lock_file}" + _prune(plan, lock_file.split(".")[0]) + "\n"
     )
 
 
@@ -119,9 +131,11 @@ def dockerfile(plan: Plan) -> str:
     if heavy:
         out += [
             "# torch, triton and the CUDA wheels: most of the bytes and the slowest to change,\n"
-            "# so an engine bump reuses this layer.\n",
+            "# so an engine bump reuses this layer.\n" + (
+                "# Dead weight (images/prune.yaml) goes in the step that installs it: removed\n"
+                "# in a later step, its bytes would stay in this layer.\n" if plan.prune else ""),
             f"COPY lock/heavy.txt {ASSETS}/heavy.txt\n",
-            _install("heavy.txt"),
+            _install("heavy.txt", plan),
         ]
     if plan.cuda_home:
         out += [
@@ -142,7 +156,7 @@ def dockerfile(plan: Plan) -> str:
         "# The engine and everything else in the lock: after torch, so changing the engine\n"
         "# does not invalidate torch.\n",
         f"COPY lock/rest.txt {ASSETS}/rest.txt\n",
-        _install("rest.txt"),
+        _install("rest.txt", plan),
     ]
     if plan.patch_digest:
         out += [

@@ -1,0 +1,46 @@
+"""images/prune.yaml: the dead weight a flavor's images drop, by rule."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError
+from .schema import Doc
+
+FLAVORS = ("devel", "cuda-devel", "slim")
+_SAFE = re.compile(r"^[A-Za-z0-9_.*/-]+$")  # what reaches a find(1) command line
+
+
+@dataclass(frozen=True)
+class PruneRule:
+    name: str
+    kind: str  # path | dirs | files
+    pattern: str
+    flavors: tuple[str, ...]
+    why: str
+
+
+def parse_prune(data: Any, path: str) -> tuple[PruneRule, ...]:
+    doc = Doc(path, data)
+    doc.reject_unknown({"rules"})
+    out = []
+    for i, r in enumerate(doc.get("rules", list, [])):
+        rd = doc.sub(f"rules[{i}]", r)
+        rd.reject_unknown({"name", "path", "dirs", "files", "flavors", "why"})
+        given = [k for k in ("path", "dirs", "files") if k in r]
+        if len(given) != 1:
+            raise SpecError(path, rd.key("path"), "exactly one of path, dirs, files",
+                            ", ".join(given) or "none")
+        pattern = rd.get(given[0], str)
+        if not _SAFE.match(pattern) or ".." in pattern.split("/") or pattern.startswith("/"):
+            raise SpecError(path, rd.key(given[0]), "a relative name or glob of letters, digits, "
+                            "_ . * / - (no .., not absolute)", pattern)
+        flavors = rd.str_list("flavors", default=...)
+        for j, f in enumerate(flavors):
+            if f not in FLAVORS:
+                raise SpecError(path, rd.key(f"flavors[{j}]"), "one of " + ", ".join(FLAVORS), f)
+        why = rd.get("why", str, what="why nothing in the image reads these files")
+        out.append(PruneRule(rd.get("name", str), given[0], pattern, flavors, why.strip()))
+    return tuple(out)
