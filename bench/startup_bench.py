@@ -7,9 +7,10 @@ that is already built and smoke-tested.
   reused (the default) and with `--resmoke` (the smoke test run again), and its ratio to `plan`;
 - the modules `plan` imports, by cumulative import time (`python -X importtime`).
 
-    .venv/bin/python bench/startup_bench.py [--rounds 7]
+    .venv/bin/python bench/startup_bench.py [--rounds 7] [--registry 127.0.0.1:5000/imgbuild]
 
-Needs Docker and a built tiny-cpu (`make demo` makes it). Results: bench/results/startup.json.
+Needs Docker and a built tiny-cpu (`make demo` makes it); with --registry, also the no-op build
+against that registry (the image pushed there first). Results: bench/results/startup.json.
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "startup.json"))
+    ap.add_argument("--registry", help="also time plan and the no-op build against it")
     args = ap.parse_args()
     wall(["tiny-cpu"])  # built and smoke-tested before anything is timed
+    if args.registry:
+        wall(["tiny-cpu", "--push", "--registry", args.registry])
+        CASES["plan --registry"] = ["plan", "tiny-cpu", "--registry", args.registry]
+        CASES["no-op build --registry"] = ["tiny-cpu", "--registry", args.registry]
     runs: dict[str, list[float]] = {k: [] for k in CASES}
     for _ in range(args.rounds):  # interleaved: each round runs every case once
         for name, argv in CASES.items():
@@ -79,7 +85,10 @@ def main() -> None:
     doc = {"machine": machine(), "rounds": args.rounds, "median_s": med, "runs_s": runs,
            "ratios": {"no-op build / plan": round(med["no-op build"] / med["plan"], 2),
                       "no-op build --resmoke / plan": round(
-                          med["no-op build --resmoke"] / med["plan"], 2)},
+                          med["no-op build --resmoke"] / med["plan"], 2)} | ({
+                          "no-op build --registry / plan --registry": round(
+                              med["no-op build --registry"] / med["plan --registry"], 2)}
+                          if args.registry else {}),
            "goals": {"no-op build / plan": "<= 2", "plan_s": "<= 0.5", "help_s": "<= 0.2"},
            "plan_imports": import_times(["plan", "tiny-cpu", "--no-checks"])}
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
