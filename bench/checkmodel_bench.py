@@ -46,6 +46,25 @@ SHARED = ("w1", "w2", "w3")  # shared experts: + 180
 EXTRA = ("mlp.gate",)  # routers: + 60 -> 30,000 modules
 
 
+def _write(root: Path, weight_map: dict[str, str], ignore: list[str]) -> Path:
+    """config.json (NVFP4 on every Linear, this ignore list) and the safetensors index."""
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "quantization_config": {
+            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {
+                "format": "nvfp4-pack-quantized", "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                            "group_size": 16},
+                "input_activations": {"num_bits": 4, "type": "float",
+                                      "strategy": "tensor_group", "group_size": 16}}},
+            "ignore": ignore}}
+    (root / "config.json").write_text(json.dumps(config, indent=2))
+    (root / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    return root
+
+
 def make_checkpoint(root: Path) -> tuple[Path, int, int]:
     """A checkpoint directory with config.json and a safetensors index; no weight files."""
     weight_map: dict[str, str] = {}
@@ -81,21 +100,7 @@ def make_checkpoint(root: Path) -> tuple[Path, int, int]:
         ignore += [f"{pre}.self_attn.{a}" for a in ATTN if layer < 25]
     ignore += [f"model.layers.{layer}.mlp.shared_experts" for layer in range(
         10_000 - len(ignore))]
-    config = {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-            "config_groups": {"group_0": {
-                "format": "nvfp4-pack-quantized", "targets": ["Linear"],
-                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
-                            "group_size": 16},
-                "input_activations": {"num_bits": 4, "type": "float",
-                                      "strategy": "tensor_group", "group_size": 16}}},
-            "ignore": ignore}}
-    (root / "config.json").write_text(json.dumps(config, indent=2))
-    (root / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": 0}, "weight_map": weight_map}))
-    return root, modules, len(ignore)
+    return _write(root, weight_map, ignore), modules, len(ignore)
 
 
 def make_irregular(root: Path) -> tuple[Path, int, int]:
@@ -130,21 +135,7 @@ def make_irregular(root: Path) -> tuple[Path, int, int]:
             ignore += [f"{pre}.mlp.experts.{e}" for e in range(170) if rng.random() < 0.98]
         add(f"{pre}.mlp.gate", quantized=False)
     add("lm_head", quantized=False)
-    config = {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-            "config_groups": {"group_0": {
-                "format": "nvfp4-pack-quantized", "targets": ["Linear"],
-                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
-                            "group_size": 16},
-                "input_activations": {"num_bits": 4, "type": "float",
-                                      "strategy": "tensor_group", "group_size": 16}}},
-            "ignore": ignore}}
-    (root / "config.json").write_text(json.dumps(config, indent=2))
-    (root / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": 0}, "weight_map": weight_map}))
-    return root, modules, len(ignore)
+    return _write(root, weight_map, ignore), modules, len(ignore)
 
 
 SHAPES = {"uniform": make_checkpoint, "irregular": make_irregular}

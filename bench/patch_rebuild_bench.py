@@ -37,7 +37,8 @@ def build(*args: str) -> dict:
     r = subprocess.run([IMGBUILD, *args, "--no-smoke", "--json"], cwd=ROOT, capture_output=True,
                        text=True)
     if r.returncode != 0:
-        raise SystemExit(f"imgbuild {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        said = (r.stderr + r.stdout)[-3000:]  # with --json the error is on stdout
+        raise SystemExit(f"imgbuild {' '.join(args)} failed:\n{said}")
     d = json.loads(r.stdout)
     return {"wall_s": round(time.perf_counter() - t, 1), "action": d["action"],
             "content_tag": d["content_tag"], "size_bytes": d["size_bytes"],

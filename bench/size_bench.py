@@ -32,7 +32,8 @@ SGLANG_RUNTIME_BYTES = 20e9  # lmsysorg/sglang's runtime image, as the issue mea
 def imgbuild(*args: str) -> dict:
     r = subprocess.run([IMGBUILD, *args, "--json"], cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
-        raise SystemExit(f"imgbuild {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        said = (r.stderr + r.stdout)[-3000:]  # with --json the error is on stdout
+        raise SystemExit(f"imgbuild {' '.join(args)} failed:\n{said}")
     return json.loads(r.stdout)
 
 
@@ -54,6 +55,26 @@ def measure(target: str, images: Path, smoke: bool) -> dict:
     return out
 
 
+# What the bytecode (the largest removable kind) buys: SGLang's server modules imported with
+# the .pyc files the image carries, and with them out of reach (compiled from source on import).
+IMPORT = ("import time; t = time.perf_counter(); import sglang.srt.server_args, "
+          "sglang.srt.model_executor.model_runner; print(round(time.perf_counter() - t, 2))")
+
+
+def import_seconds(image: str, rounds: int = 3) -> dict:
+    out: dict[str, list[float]] = {"with bytecode": [], "without bytecode": []}
+    for _ in range(rounds):
+        for name, env in (("with bytecode", []),
+                          ("without bytecode", ["-e", "PYTHONPYCACHEPREFIX=/nonexistent"])):
+            r = subprocess.run(["docker", "run", "--rm", "--network", "none", *env,
+                                "--entrypoint", "python", image, "-c", IMPORT],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                return {"error": r.stderr.strip().splitlines()[-1:]}
+            out[name].append(float(r.stdout.strip().splitlines()[-1]))
+    return {k: sorted(v)[len(v) // 2] for k, v in out.items()} | {"runs": out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="sglang-blackwell-slim")
@@ -67,6 +88,8 @@ def main() -> None:
         if not args.keep:
             subprocess.run(["docker", "rmi", before["content_tag"]], capture_output=True)
     after = measure(args.target, ROOT / "images", smoke=True)
+    if "sglang" in after["largest_packages"] or args.target.startswith("sglang"):
+        after["sglang_import_s"] = import_seconds(after["content_tag"])
     doc = {"machine": machine(), "target": args.target, "before_rules": before,
            "with_rules": after,
            "saved_bytes": before["size_bytes"] - after["size_bytes"],

@@ -75,16 +75,8 @@ def repository(name: str | None, push: bool) -> Repository:
 
 def manifest_digest(repo: Repository, tag: str) -> str | None:
     """The digest a tag points at, or None when the tag does not exist."""
-    if repo.host is None:
-        return None
-    r = repo.api.request("HEAD", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
-                         headers={"Accept": MANIFEST_TYPES})
-    if r.status_code == 404:
-        return None
-    if r.status_code != 200:
-        raise EnvError(f"registry {repo.host} answered {r.status_code} for {repo.path}:{tag}",
-                       hint="check the registry's logs and the repository name")
-    return r.headers.get("Docker-Content-Digest")
+    d = manifest_descriptor(repo, tag)
+    return d["digest"] if d else None
 
 
 def manifest_descriptor(repo: Repository, reference: str) -> dict | None:
@@ -96,7 +88,10 @@ def manifest_descriptor(repo: Repository, reference: str) -> dict | None:
                          headers={"Accept": MANIFEST_TYPES})
     if r.status_code == 404:
         return None
-    _expect(r, (200,), repo, f"manifest {reference}")
+    if r.status_code != 200:
+        raise EnvError(f"registry {repo.host} answered {r.status_code} for "
+                       f"{repo.path}:{reference}",
+                       hint="check the registry's logs and the repository name")
     return {"mediaType": r.headers.get("Content-Type", "").split(";")[0].strip(),
             "digest": r.headers.get("Docker-Content-Digest"),
             "size": int(r.headers.get("Content-Length", "0"))}
