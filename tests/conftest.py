@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +91,15 @@ def ws() -> Workspace:
 def ws_copy(images_copy) -> Workspace:
     """A Workspace on the scratch copy of images/ and lockfiles/."""
     return Workspace(images_copy, images_copy.parent / "lockfiles")
+
+
+@pytest.fixture(scope="session")
+def arm64_base(docker_client) -> str:
+    """The arm64 Debian base, made here under QEMU the first time (about 100 s), then reused:
+    what an arm64 image builds FROM."""
+    r = run_imgbuild("base", "bootstrap", "--cpu-arch", "aarch64", "--json", timeout=1800)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(r.stdout)["image"]
 
 
 @pytest.fixture(scope="session")

@@ -303,7 +303,7 @@ def test_platform_refusals_are_input_errors(args, said):
 
 @pytest.mark.docker
 def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_side(
-        docker_client, registry_repo):
+        docker_client, registry_repo, arm64_base):
     """tiny-cpu-multi for linux/amd64 and linux/arm64 (built here under QEMU: every RUN step
     and the smoke test run as aarch64 code), each smoke-tested and pushed with its report, SBOM
     and provenance; the index only once both passed; pulled as this host and as an arm64 host.

@@ -276,7 +276,8 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
 
 
 @pytest.mark.docker
-def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_client):
+def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_client,
+                                                              arm64_base):
     """tiny-cpu-multi: the matrix has a job per platform; here only the amd64 one can run (the
     arm64 one asks for ubuntu-24.04-arm), so the index job refuses, naming linux/arm64. Once
     the arm64 image is pushed as its runner would push it (here under QEMU), the same job
