@@ -389,3 +389,8 @@ def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_si
         checks = {c["check"]: c for c in doc["checks"]}
         cpu = "aarch64" if platform == "linux/arm64" else "x86_64"
         assert checks["lock"]["ok"] and f"-{cpu}.txt is the lock" in checks["lock"]["detail"]
+    # --no-smoke: nothing may move, and the output says which platform held it and why.
+    r = run_imgbuild(MULTI, "--no-smoke", "--registry", registry_repo, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    held = json.loads(r.stdout)["held"]
+    assert "linux/amd64: no smoke test ran (--no-smoke)" in held and "linux/arm64: " in held

@@ -147,7 +147,7 @@ def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry
     """After each platform's gate: the moving tags locally onto this host's platform image,
     and in the registry onto the index, assembled once every platform passed and was pushed."""
     host = base_image.host_platform()
-    failed = [o.plan.platform for o in outcomes if not o.gate.open]
+    failed = [f"{o.plan.platform}: {o.gate.held}" for o in outcomes if not o.gate.open]
     missing = [p for p in index.platforms if p not in {o.plan.platform for o in outcomes}]
     moved: list[str] = []
     mine = next((o for o in outcomes if o.plan.platform == host and o.gate.open), None)
@@ -159,7 +159,7 @@ def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry
             moved.append(index.ref(t))
     held = None
     if failed:
-        held = f"not every platform passed its gate ({', '.join(failed)})"
+        held = f"not every platform's moving tags may move ({'; '.join(failed)})"
     elif missing:
         held = (f"only {', '.join(o.plan.platform for o in outcomes)} was built; the index "
                 f"needs {', '.join(index.platforms)} (`imgbuild index {index.target} "
