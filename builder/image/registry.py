@@ -128,17 +128,10 @@ def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None
     """(index digest, platform → manifest digest) of the index under `tag`, the index checked
     against its digest; None when the tag does not exist. A tag that names a single image
     manifest is an error that says so."""
-    m = repo.api.request("GET", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
-                         headers={"Accept": ", ".join(INDEX_TYPES)})
-    if m.status_code == 404:
+    got = _get_manifest(repo, tag, ", ".join(INDEX_TYPES), "index")
+    if got is None:
         return None
-    _expect(m, (200,), repo, f"index {tag}")
-    digest = "sha256:" + hashlib.sha256(m.content).hexdigest()
-    header = m.headers.get("Docker-Content-Digest")
-    if header and header != digest:
-        raise JobFailed(f"registry {repo.host} served index {tag} with other bytes than its "
-                        f"digest {header}", hint="nothing was used")
-    doc = m.json()
+    digest, doc = got
     if doc.get("mediaType") not in INDEX_TYPES and "manifests" not in doc:
         raise JobFailed(f"{repo.name}:{tag} is a single image, not an index",
                         hint="it was pushed by something other than `imgbuild index`")
@@ -148,6 +141,24 @@ def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None
         if p.get("os") and p.get("architecture"):
             out.setdefault(f"{p['os']}/{p['architecture']}", d["digest"])
     return digest, out
+
+
+def _get_manifest(repo: Repository, tag: str, accept: str, what: str) -> tuple[str, dict] | None:
+    """(digest, document) of the manifest under `tag`, its bytes checked against the digest
+    the registry gives; None when the tag does not exist."""
+    m = repo.api.request("GET", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
+                         headers={"Accept": accept})
+    if m.status_code == 404:
+        return None
+    if m.status_code != 200:
+        raise EnvError(f"registry {repo.host} answered {m.status_code} for {what} {tag}",
+                       facts=[m.text[:300]] if m.text else [])
+    digest = "sha256:" + hashlib.sha256(m.content).hexdigest()
+    header = m.headers.get("Docker-Content-Digest")
+    if header and header != digest:
+        raise JobFailed(f"registry {repo.host} served {what} {tag} with other bytes than its "
+                        f"digest {header}", hint="nothing was used")
+    return digest, m.json()
 
 
 def check_reachable(repo: Repository) -> None:
@@ -298,18 +309,10 @@ def fetch_artifact(repo: Repository, tag: str,
     its digest; None when the registry has no such tag (or it is another kind of artifact)."""
     if repo.host is None:
         return None
-    m = repo.api.request("GET", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull"),
-                         headers={"Accept": OCI_MANIFEST})
-    if m.status_code == 404:
+    got = _get_manifest(repo, tag, OCI_MANIFEST, "manifest")
+    if got is None:
         return None
-    if m.status_code != 200:
-        raise EnvError(f"registry {repo.host} answered {m.status_code} for {tag}")
-    digest = "sha256:" + hashlib.sha256(m.content).hexdigest()
-    header = m.headers.get("Docker-Content-Digest")
-    if header and header != digest:
-        raise JobFailed(f"registry {repo.host} served manifest {tag} with other bytes than its "
-                        f"digest {header}", hint="nothing was used")
-    doc = m.json()
+    digest, doc = got
     if doc.get("artifactType") != artifact_type or len(doc.get("layers") or []) != 1:
         return None
     config = json.loads(_get_blob(repo, doc["config"]["digest"]))
