@@ -323,9 +323,9 @@ def test_corrupt_cache_entry_is_regenerated_identically(
         entry / "model.safetensors", "model.layers.0.mlp.up_proj.weight_packed", 0x01, count=1
     )
     assert not smokemodel.is_complete(entry, SPEC)
-    stale = (entry / "model.safetensors").stat().st_ino
     assert smokemodel.ensure(SPEC, cache_dir=tmp_path) == entry
-    assert (entry / "model.safetensors").stat().st_ino != stale
+    # Complete again: the tampered file was replaced (an inode number proves nothing here,
+    # the filesystem may give the new file the old one's).
     assert smokemodel.is_complete(entry, SPEC)
     # Generation is deterministic: same files, byte for byte.
     assert payload.file_manifest(entry) == reference["files"]
