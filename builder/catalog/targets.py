@@ -11,11 +11,13 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InputError, SpecError
+from .hardware import DEBIAN_ARCH
 from .schema import Doc, requirement
 
 ENGINES = ("sglang", "vllm", "transformers")
-# The OCI platforms a target may name, and the CPU arch each one's wheels are built for.
-PLATFORMS = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+# The OCI platforms a target may name, and the CPU arch each one's wheels are built for (the
+# one CPU-name table is hardware.DEBIAN_ARCH: Debian, Docker and OCI spell them alike).
+PLATFORMS = {f"linux/{debian}": cpu for cpu, debian in DEBIAN_ARCH.items()}
 CPU_ARCHES = tuple(PLATFORMS.values())
 ARCH_RE = re.compile(r"^sm\d{2,3}[a-z]?$")
 
