@@ -148,3 +148,33 @@ def test_prune_rules_are_checked(rule, said):
     with pytest.raises(SpecError) as e:
         parse_prune({"rules": [rule]}, "images/prune.yaml")
     assert said in str(e.value) + " ".join(e.value.facts or ()), str(e.value)
+
+
+def test_a_split_heavy_layer_installs_the_same_packages_in_two_steps(images_copy, tmp_path):
+    from builder.image.context import prepare_context
+    from builder.workspace import Workspace
+
+    y = images_copy / "sglang-blackwell-slim.yaml"
+    y.write_text(y.read_text() + "\nsplit_heavy_layer: true\n")
+    ws = Workspace(images_copy, images_copy.parent / "lockfiles")
+    one = make_plan(WS, "sglang-blackwell-slim", resolve=False)
+    two = make_plan(ws, "sglang-blackwell-slim", resolve=False)
+    assert two.split_heavy and not one.split_heavy
+    assert two.content_key != one.content_key  # a declared input: another image
+    steps = [i for i in _instructions(render.dockerfile(two)) if "uv pip install" in i]
+    assert [s.split("-r /opt/imgbuild/")[1].split()[0] for s in steps] == \
+        ["heavy-cuda.txt", "heavy-torch.txt", "rest.txt"]
+    assert all("find . -mindepth 2" in s for s in steps)  # pruned where each installs
+    lock = ws.target("sglang-blackwell-slim").lock()
+    ctx = tmp_path / "ctx"
+    prepare_context(two, lock, ctx, wheels=None, smoke_model_dir=None, patches={})
+    parts = {n: (ctx / "lock" / f"{n}.txt").read_text().splitlines()
+             for n in ("heavy-cuda", "heavy-torch", "heavy", "rest")}
+    names = {n: {ln.split("==")[0] for ln in lines} for n, lines in parts.items()}
+    # The two halves are the heavy layer exactly, and nothing of the rest.
+    assert names["heavy-cuda"] | names["heavy-torch"] == names["heavy"]
+    assert not names["heavy-cuda"] & names["heavy-torch"]
+    assert {"torch", "triton"} <= names["heavy-torch"]
+    assert all(n.startswith(("nvidia-", "cuda-")) for n in names["heavy-cuda"])
+    assert "nvidia-cublas" in names["heavy-cuda"]
+    assert sorted(parts["heavy-cuda"] + parts["heavy-torch"]) == sorted(parts["heavy"])

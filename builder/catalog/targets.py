@@ -59,6 +59,7 @@ class Target:
     indexes: tuple[Index, ...] = ()
     smoke_model: str | None = None
     default_model: str | None = None
+    split_heavy_layer: bool = False  # the heavy layer as two (plan/render.py)
 
     @property
     def engine_requirement(self) -> str:
@@ -87,7 +88,8 @@ class Target:
 
 
 TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "platforms",
-               "requirements", "overrides", "patches", "indexes", "smoke", "model"}
+               "requirements", "overrides", "patches", "indexes", "smoke", "model",
+               "split_heavy_layer"}
 FLAVORS = ("devel", "cuda-devel", "slim")
 
 
@@ -151,6 +153,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
         platforms=platforms, python=python, requirements=reqs, overrides=tuple(overrides),
         patches=doc.str_list("patches"), indexes=tuple(indexes),
         smoke_model=sd.get("model", str, None), default_model=doc.get("model", str, None),
+        split_heavy_layer=doc.get("split_heavy_layer", bool, False),
     )
 
 

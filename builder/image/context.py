@@ -104,6 +104,9 @@ def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | No
     (dest / "Dockerfile").write_text(render.dockerfile(plan))
     (dest / "lock" / "heavy.txt").write_text(lock.requirements_text(heavy=True))
     (dest / "lock" / "rest.txt").write_text(lock.requirements_text(heavy=False))
+    if plan.split_heavy:
+        for layer in render.HEAVY_LAYERS:
+            (dest / "lock" / f"{layer}.txt").write_text(lock.requirements_text(layer=layer))
     shutil.copy2(lock.path, dest / "lock" / "lock.txt")
     (dest / "tools").mkdir()
     # uv runs inside the image: the image's CPU's uv (under QEMU when it is not this machine's).

@@ -22,6 +22,9 @@ LOCK_FORMAT = 1
 # Packages installed in their own, earlier layer: they are most of an image's bytes and change
 # least often, so an engine bump does not re-download torch and the CUDA libraries.
 HEAVY_PREFIXES = ("torch", "triton", "nvidia-", "cuda-")
+# Where the heavy layer splits when a target asks for it (`split_heavy_layer: true`): NVIDIA's
+# CUDA wheels in one layer, torch and Triton in the next.
+CUDA_PREFIXES = ("nvidia-", "cuda-")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,14 @@ class LockedPackage:
     def heavy(self) -> bool:
         return self.name.startswith(HEAVY_PREFIXES)
 
+    @property
+    def layer(self) -> str:
+        """heavy-cuda, heavy-torch or rest: the install step (and so the layer) it lands in
+        when the heavy layer is split."""
+        if not self.heavy:
+            return "rest"
+        return "heavy-cuda" if self.name.startswith(CUDA_PREFIXES) else "heavy-torch"
+
     def line(self) -> str:
         return f"{self.name}=={self.version} " + " ".join(f"--hash={h}" for h in self.hashes)
 
@@ -79,9 +90,11 @@ class Lockfile:
         n = canonicalize_name(name)
         return next((p for p in self.packages if p.name == n), None)
 
-    def requirements_text(self, heavy: bool | None = None) -> str:
-        """The lock as a requirements file for `uv pip install --require-hashes --no-deps`."""
-        pkgs = [p for p in self.packages if heavy is None or p.heavy == heavy]
+    def requirements_text(self, heavy: bool | None = None, layer: str | None = None) -> str:
+        """The lock as a requirements file for `uv pip install --require-hashes --no-deps`:
+        all of it, its heavy part or the rest, or one layer's packages."""
+        pkgs = [p for p in self.packages if (heavy is None or p.heavy == heavy)
+                and (layer is None or p.layer == layer)]
         return "".join(p.line() + "\n" for p in pkgs)
 
 

@@ -94,6 +94,7 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         if sel.toolkit_dir else None,
         nvcc=sel.nvcc,
         prune=tuple((r.kind, r.pattern) for r in cat.prune if flavor in r.flavors),
+        split_heavy=target.split_heavy_layer,
         kernel_coverage=cov.table() if cov else (),
         kernel_files=tuple(dict.fromkeys((f.package, f.member, f.sha256) for f in cov.files))
         if cov else (),

@@ -66,6 +66,9 @@ class Plan:
     nvcc: str | None = None
     # Dead weight the flavor drops, by rule (images/prune.yaml): (kind, pattern) pairs.
     prune: tuple[tuple[str, str], ...] = ()
+    # The heavy layer as two (CUDA wheels, then torch and Triton): the Engine fetches layers in
+    # parallel but unpacks them one by one (the target's `split_heavy_layer`).
+    split_heavy: bool = False
     # GPU code coverage read from the locked wheels (plan/coverage.py): per arch, package →
     # sass | ptx | jit | none; and the (package, member, sha256) of every file it was read
     # from, which the smoke test checks the image installed unchanged.

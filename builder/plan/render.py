@@ -24,6 +24,7 @@ VENV = "/opt/venv"
 TOOLS = "/opt/imgbuild-tools"  # bind-mounted from the context: uv never lands in a layer
 WHEELS = "/opt/imgbuild-wheels"
 ASSETS = "/opt/imgbuild"
+HEAVY_LAYERS = ("heavy-cuda", "heavy-torch")  # lock/lockfile.py LockedPackage.layer
 
 
 def payload_digest() -> str:
@@ -128,7 +129,15 @@ def dockerfile(plan: Plan) -> str:
         "UV_PYTHON_DOWNLOADS=never\n",
         "ARG IMGBUILD_INDEX_FLAGS\n",
     ]
-    if heavy:
+    if heavy and plan.split_heavy:
+        out += [
+            "# The heavy layer as two, so that the Engine fetches one while it unpacks the other:\n"
+            "# NVIDIA's CUDA wheels first (they change least), then torch and Triton, built\n"
+            "# against them. Dead weight (images/prune.yaml) goes in the step that installs it.\n",
+        ]
+        for layer in HEAVY_LAYERS:
+            out += [f"COPY lock/{layer}.txt {ASSETS}/{layer}.txt\n", _install(f"{layer}.txt", plan)]
+    elif heavy:
         out += [
             "# torch, triton and the CUDA wheels: most of the bytes and the slowest to change,\n"
             "# so an engine bump reuses this layer.\n" + (
