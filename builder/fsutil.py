@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import EnvError
+
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
     """Write beside the target, fsync, rename over it. mkstemp makes 0600 files; locks, configs
@@ -23,3 +25,25 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def cannot_write(path: Path, err: OSError, what: str) -> EnvError:
+    """A write the machine refused (read-only, full, no permission), as the one error a user
+    sees: the file, the reason, and that nothing there changed."""
+    return EnvError(f"cannot write {what} {path}: {err.strerror or err}",
+                    facts=[f"{path} is as it was before this command"],
+                    hint="make the directory writable or free space on its disk, then run the "
+                         "command again")
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Fail now, before the work whose result would go there, when nothing can be written in
+    `directory` (made if missing): a probe file is created and removed."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".imgbuild-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise cannot_write(directory, e, what) from None

@@ -263,7 +263,7 @@ def test_to_dict_and_render():
     assert first["id"] == "sglang-ignore-dequantized-keyerror"
     assert first["evidence"][0]["line"] == 45 and first["evidence"][0]["rank"] == "0"
     assert first["captures"]["tensor"] == "w2_input_global_scale"
-    assert first["applies_to"] == {"sglang": ">=0.5.8,<0.5.17"}
+    assert first["applies_to"] == {"sglang": ">=0.5.7,<0.5.17"}
     assert any("qwen3_next.py:1227" in s for s in first["sources"])
     c = Console(record=True, width=200)
     render(diags, c, source="two-failures.log")

@@ -161,6 +161,12 @@ def test_a_split_heavy_layer_installs_the_same_packages_in_two_steps(images_copy
     two = make_plan(ws, "sglang-blackwell-slim", resolve=False)
     assert two.split_heavy and not one.split_heavy
     assert two.content_key != one.content_key  # a declared input: another image
+    # Said as `false`, or not said: the same image as before the key existed.
+    y.write_text(y.read_text().replace("split_heavy_layer: true", "split_heavy_layer: false"))
+    off = make_plan(Workspace(images_copy, images_copy.parent / "lockfiles"),
+                    "sglang-blackwell-slim", resolve=False)
+    assert off.content_key == one.content_key
+    y.write_text(y.read_text().replace("split_heavy_layer: false", "split_heavy_layer: true"))
     steps = [i for i in _instructions(render.dockerfile(two)) if "uv pip install" in i]
     assert [s.split("-r /opt/imgbuild/")[1].split()[0] for s in steps] == \
         ["heavy-cuda.txt", "heavy-torch.txt", "rest.txt"]

@@ -91,7 +91,27 @@ def _specifier(where: str, key: str, text: object) -> str:
         patcher.version_in("0", text)  # the in-image patcher must read it too
     except (InvalidSpecifier, ValueError) as e:
         raise SpecError(where, key, expected, f"{text!r} ({e})") from None
+    if not _can_match(SpecifierSet(text)):
+        # Such a patch would never apply and always pass as "not applicable": a typo, say
+        # '<0.5.7' for '<0.5.17', must not read as "nothing to patch".
+        raise SpecError(where, key, "a range some version falls in", f"{text!r} (no version "
+                        "satisfies all of it: check the bounds' order)")
     return text
+
+
+def _can_match(spec: SpecifierSet) -> bool:
+    """Whether some version satisfies `spec`: tried on the versions it names and the points
+    just above and between them (a range's bounds are among them)."""
+    if any(sp.operator == "===" for sp in spec):
+        return True  # arbitrary equality: a string, not a version to reason about
+    named = [Version(sp.version.removesuffix(".*")) for sp in spec]
+    tries = [Version("0"), Version("99999")]
+    for v in named:
+        r = v.release
+        tries += [v, Version(f"{v}.post1"), Version(".".join(map(str, (*r, 1)))),
+                  Version(".".join(map(str, (*r[:-1], r[-1] + 1)))),
+                  Version(".".join(map(str, (*r, 0, 1))))]
+    return any(spec.contains(t, prereleases=True) for t in tries)
 
 
 def _diff(where: str, key: str, value: object, base: Path, root: Path) -> tuple[str, str]:

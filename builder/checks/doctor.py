@@ -15,13 +15,18 @@ around a line that already matched.
 
 from __future__ import annotations
 
+import gzip
+import io
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import zlib
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..catalog.failures import (
     Alternative,
@@ -114,16 +119,10 @@ class _Group:
     related: list[Evidence] = field(default_factory=list)
 
 
-def _clean(text: str,
-           prefixes: Sequence[LogPrefix]) -> tuple[list[str], list[str], list[str | None]]:
+def _clean(lines: Iterable[str],
+           prefixes: Sequence[LogPrefix]) -> Iterator[tuple[str, str, str | None]]:
     """Each line as shown (colours off), its message (prefix off) and its TP rank."""
-    shown: list[str] = []
-    bodies: list[str] = []
-    ranks: list[str | None] = []
     rank: str | None = None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
     for line in lines:
         if "\x1b" in line:
             line = _ANSI.sub("", line)
@@ -140,20 +139,39 @@ def _clean(text: str,
                 rank = next((v for k, v in m.groupdict().items()
                              if k.startswith("rank") and v is not None), None)
                 break
-        shown.append(line)
-        bodies.append(body)
-        ranks.append(rank)
-    return shown, bodies, ranks
+        yield line, body, rank
 
 
-def _near(p: Pattern, i: int, caps: dict[str, str], bodies: list[str]) -> tuple[int, dict] | None:
+class _Window:
+    """The last lines of the log, by their 0-based number: what `near` patterns look at. Only
+    as many as the widest context needs are kept, so memory does not grow with the log."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.first = 0  # number of the oldest line kept
+        self.lines: deque[tuple[str, str, str | None]] = deque()
+
+    def add(self, item: tuple[str, str, str | None]) -> None:
+        self.lines.append(item)
+        if len(self.lines) > self.keep:
+            self.lines.popleft()
+            self.first += 1
+
+    def __len__(self) -> int:  # lines read so far
+        return self.first + len(self.lines)
+
+    def __getitem__(self, i: int) -> tuple[str, str, str | None]:
+        return self.lines[i - self.first]
+
+
+def _near(p: Pattern, i: int, caps: dict[str, str], win: _Window) -> tuple[int, dict] | None:
     """The closest line around i that matches p and agrees with the captures so far."""
-    n = len(bodies)
+    n = len(win)
     for dist in range(1, max(p.before, p.after) + 1):
         for j in ((i - dist) if dist <= p.before else -1, (i + dist) if dist <= p.after else n):
-            if not 0 <= j < n:
+            if not win.first <= j < n:
                 continue
-            body = bodies[j]
+            body = win[j][1]
             if p.contains is not None and p.contains not in body:
                 continue
             m = p.regex.search(body)
@@ -178,49 +196,67 @@ def ranks_text(ranks: Iterable[str]) -> str:
     return ", ".join(f"TP{r}" for r in rs) if rs else "not named in the log"
 
 
-def diagnose(text: str, failures: FailureCatalog) -> list[Diagnosis]:
-    """Known failures in a log, most specific first; [] when none matched (never a guess).
+def diagnose(log: str | Iterable[str], failures: FailureCatalog) -> list[Diagnosis]:
+    """Known failures in a log (its text, or its lines as they are read), most specific first;
+    [] when none matched (never a guess).
 
     Errors (the server stopped) come before warnings; then the diagnosis whose match needed more
     lines; then the earlier one in the log. A failure seen on several ranks, or several times
     with the same captures, is one diagnosis with its first line as evidence.
+
+    The log is read once, front to back, keeping only the lines that context patterns can
+    reach: memory stays flat in the log's length.
     """
     fingerprints, prefixes = failures.fingerprints, failures.prefixes
-    shown, bodies, ranks = _clean(text, prefixes)
+    lines = log.split("\n") if isinstance(log, str) else log
     anchors = [(fi, alt, alt.line.contains, alt.line.regex)
                for fi, fp in enumerate(fingerprints) for alt in fp.alternatives]
+    near = [p for _, alt, _, _ in anchors for p in alt.near]
+    before = max((p.before for p in near), default=0)
+    after = max((p.after for p in near), default=0)
     # One pass in C finds the few lines that contain any fingerprint's literal at all.
     needles = sorted({a[2] for a in anchors if a[2] is not None}, key=len, reverse=True)
-    if all(a[2] is not None for a in anchors) and needles:
-        any_needle = re.compile("|".join(map(re.escape, needles)))
-        candidates: Iterable[int] = [i for i, b in enumerate(bodies) if any_needle.search(b)]
-    else:
-        candidates = range(len(bodies))
+    any_needle = re.compile("|".join(map(re.escape, needles))) \
+        if needles and all(a[2] is not None for a in anchors) else None
+    win = _Window(before + after + 1)
+    pending: deque[int] = deque()  # candidate lines waiting for the lines after them
     hits: list[_Hit] = []
-    for i in candidates:
-        body = bodies[i]
-        done: set[int] = set()
-        for fi, alt, needle, rx in anchors:
-            if needle is not None and needle not in body:
-                continue
-            if fi in done:
-                continue
-            m = rx.search(body)
-            if m is None:
-                continue
-            caps = {k: v for k, v in m.groupdict().items() if v is not None}
-            ev = [Evidence(i + 1, shown[i], "match", ranks[i])]
-            for p in alt.near:
-                found = _near(p, i, caps, bodies)
-                if found is None:
-                    break
-                j, got = found
-                caps.update(got)
-                ev.append(Evidence(j + 1, shown[j], p.role, ranks[j]))
-            else:
-                done.add(fi)
-                hits.append(_Hit(fingerprints[fi], alt, i, caps, ev, ranks[i]))
+    for i, item in enumerate(_clean(lines, prefixes)):
+        win.add(item)
+        if any_needle is None or any_needle.search(item[1]):
+            pending.append(i)
+        while pending and pending[0] + after <= i:
+            hits += _match_line(pending.popleft(), win, anchors, fingerprints)
+    while pending:
+        hits += _match_line(pending.popleft(), win, anchors, fingerprints)
     return _summarise(hits)
+
+
+def _match_line(i: int, win: _Window, anchors, fingerprints) -> list[_Hit]:
+    shown, body, rank = win[i]
+    done: set[int] = set()
+    hits: list[_Hit] = []
+    for fi, alt, needle, rx in anchors:
+        if needle is not None and needle not in body:
+            continue
+        if fi in done:
+            continue
+        m = rx.search(body)
+        if m is None:
+            continue
+        caps = {k: v for k, v in m.groupdict().items() if v is not None}
+        ev = [Evidence(i + 1, shown, "match", rank)]
+        for p in alt.near:
+            found = _near(p, i, caps, win)
+            if found is None:
+                break
+            j, got = found
+            caps.update(got)
+            ev.append(Evidence(j + 1, win[j][0], p.role, win[j][2]))
+        else:
+            done.add(fi)
+            hits.append(_Hit(fingerprints[fi], alt, i, caps, ev, rank))
+    return hits
 
 
 def _summarise(hits: list[_Hit]) -> list[Diagnosis]:
@@ -273,27 +309,67 @@ def _summarise(hits: list[_Hit]) -> list[Diagnosis]:
 
 # --- reading and showing -----------------------------------------------------------------------
 
-def read_log(arg: str, stdin=None) -> tuple[str, str]:
-    """The text of LOGFILE, or of standard input for "-"; and how to name it in messages."""
+def _text_stream(raw: BinaryIO) -> Iterator[str]:
+    """Lines of a log as bytes come: gzip unpacked, UTF-16 (by its byte-order mark, or the
+    zero bytes of mostly-ASCII text) and UTF-8 with or without a BOM decoded, anything else
+    read as UTF-8 with replacements. A line longer than MAX_LINE is cut there, and the rest of
+    it skipped without being held."""
+    buf = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+    head = buf.peek(4)[:4]
+    if head[:2] == b"\x1f\x8b":
+        buf = io.BufferedReader(gzip.GzipFile(fileobj=buf))  # type: ignore[arg-type]
+        head = buf.peek(4)[:4]
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        encoding = "utf-16"
+    elif len(head) == 4 and head[1] == 0 and head[3] == 0 and head[0] and head[2]:
+        encoding = "utf-16-le"
+    elif len(head) == 4 and head[0] == 0 and head[2] == 0 and head[1] and head[3]:
+        encoding = "utf-16-be"
+    else:
+        encoding = "utf-8-sig"
+    text = io.TextIOWrapper(buf, encoding=encoding, errors="replace", newline="\n")
+    while True:
+        line = text.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE and not line.endswith("\n"):
+            while (rest := text.readline(1 << 16)) and not rest.endswith("\n"):
+                pass
+        yield line.rstrip("\n")
+
+
+@contextmanager
+def open_log(arg: str, stdin=None) -> Iterator[tuple[Iterator[str], str]]:
+    """The lines of LOGFILE, or of standard input for "-", read as they are needed; and how to
+    name the log in messages."""
     if arg == "-":
         stream = stdin if stdin is not None else sys.stdin
-        buf = getattr(stream, "buffer", None)
-        data = buf.read() if buf is not None else stream.read()
-        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-        return text, "standard input"
+        raw = getattr(stream, "buffer", None)
+        if raw is None and isinstance(stream, io.TextIOBase):
+            yield (ln.rstrip("\n") for ln in stream), "standard input"
+        else:
+            yield _text_stream(raw if raw is not None else stream), "standard input"
+        return
     p = Path(arg)
     if p.is_dir():
         raise InputError(f"{arg} is a directory, not a log file",
                          hint="pass the server's log file, or - to read standard input")
     try:
-        data = p.read_bytes()
+        f = open(p, "rb")
     except FileNotFoundError:
         raise InputError(f"no such log file: {arg}",
                          hint="pass the server's log file, or - to read standard input "
                               "(docker logs CONTAINER 2>&1 | imgbuild doctor -)") from None
     except OSError as e:
         raise InputError(f"cannot read {arg}: {e.strerror}") from None
-    return data.decode("utf-8", "replace"), arg
+    with f:
+        yield _text_stream(f), arg
+
+
+def read_log(arg: str, stdin=None) -> tuple[str, str]:
+    """The whole text of a log (for tests and small logs; `doctor` streams)."""
+    with open_log(arg, stdin) as (lines, source):
+        return "\n".join(lines), source
 
 
 @dataclass(frozen=True)
@@ -314,5 +390,10 @@ class DoctorReport:
 
 def doctor(failures: FailureCatalog, log: str, stdin=None) -> DoctorReport:
     """Read LOGFILE (or standard input for "-") and diagnose it."""
-    text, source = read_log(log, stdin)
-    return DoctorReport(source, tuple(diagnose(text, failures)))
+    try:
+        with open_log(log, stdin) as (lines, source):
+            return DoctorReport(source, tuple(diagnose(lines, failures)))
+    except (OSError, EOFError, zlib.error) as e:  # a truncated gzip, a read error midway
+        raise InputError(f"cannot read {log if log != '-' else 'standard input'}: "
+                         f"{getattr(e, 'strerror', None) or e}",
+                         hint="pass the server's log as text or gzip") from None

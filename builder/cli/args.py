@@ -25,7 +25,14 @@ def repository(args: argparse.Namespace) -> str:
 
 def archs(args: argparse.Namespace, ws: Workspace) -> tuple[str, ...] | None:
     """--arch B200 --arch 'RTX PRO 6000' or --arch sm100,12.0 -> ("sm100", "sm120")."""
-    given = [a for v in (getattr(args, "arch", None) or []) for a in v.split(",") if a.strip()]
+    given = [a.strip() for v in (getattr(args, "arch", None) or []) for a in v.split(",")]
+    if any(not a for a in given):
+        # `--arch ""` (an unset variable) would otherwise build for the target's own archs.
+        raise InputError("--arch has an empty entry",
+                         facts=[f"--arch {v!r}" for v in args.arch if any(
+                             not a.strip() for a in v.split(","))],
+                         hint="name a GPU or an arch (B200, sm100, 12.0), comma-separated, or "
+                              "leave --arch out for the target's archs")
     out = tuple(parse_arch(a, ws.catalog) for a in given) or None
     name = getattr(args, "target", None)
     if out and isinstance(name, str):

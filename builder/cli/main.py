@@ -4,13 +4,83 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
+import time
 
 from ..errors import ImgbuildError
 from .parser import COMMANDS, parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, `docker stop`, `kill`): unwinds like Ctrl-C, so that every
+    `with` and `finally` on the way out runs (temporary directories, build locks, containers)."""
+
+
+# A child started to clean up (`docker rm -f` of a smoke container) carries this in its
+# environment and is left to finish (image/daemon.py, run_cli(cleanup=True)).
+CLEANUP_MARK = b"IMGBUILD_CLEANUP=1"
+
+
+def _children() -> list[int]:
+    """The processes this one started that still run (uv, the docker client), by their parent
+    pid in /proc: worker threads start some, and no one place holds them all. Clean-up
+    commands are not among them."""
+    me, found = os.getpid(), []
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != me:
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if CLEANUP_MARK not in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _end_children() -> None:
+    """End this process's children now and, from a daemon thread, any started while it winds
+    down: a worker thread may be between two runs of uv (a conflict is tried several ways), and
+    it must not wait on a child that was started after the first sweep."""
+    def sweep() -> None:
+        while True:
+            for pid in _children():
+                try:
+                    os.kill(pid, signal.SIGTERM)  # the docker client passes it to its container
+                except OSError:
+                    pass
+            time.sleep(0.05)
+
+    threading.Thread(target=sweep, name="end-children", daemon=True).start()
+
+
+def _terminate(signum: int, _frame) -> None:
+    # Once is enough (SIGKILL stays for the impatient). Not SIG_IGN: children inherit an
+    # ignored signal through exec, and the sweep's SIGTERM would not end them.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    _end_children()
+    raise Terminated()
+
+
+def _interrupt(signum: int, _frame) -> None:
+    # Ctrl-C reaches the terminal's whole process group, `kill -INT` only this process: end the
+    # children before unwinding, or a worker thread would be waited on while its uv runs.
+    _end_children()
+    raise KeyboardInterrupt()
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command line only, not a caller's process
+        signal.signal(signal.SIGTERM, _terminate)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
+            signal.signal(signal.SIGINT, _interrupt)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "build")  # `imgbuild TARGET ...` is `imgbuild build TARGET ...`
@@ -30,6 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImgbuildError as e:
         out.error(e)
         return e.exit_code
-    except KeyboardInterrupt:
-        out.err.print("interrupted")
-        return 130
+    except KeyboardInterrupt as e:
+        out.err.print("terminated" if isinstance(e, Terminated) else "interrupted")
+        return 143 if isinstance(e, Terminated) else 130

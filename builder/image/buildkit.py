@@ -102,6 +102,14 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
         unpullable = _unpullable_base(plan, step_tail)
         if unpullable is not None:
             raise unpullable
+        if failed is None and _DAEMON_GONE.search("\n".join(list(tail)[-5:])):
+            # No step failed: the Engine stopped answering (restarted, killed, out of memory).
+            raise EnvError("the Docker daemon went away during the build",
+                           facts=[f"image {plan.ref()} was not tagged",
+                                  *[ln for ln in list(tail)[-3:] if ln.strip()]],
+                           hint="check that dockerd runs (`docker info`; make services starts "
+                                "it), then run the command again: the steps that finished are "
+                                "in BuildKit's cache")
         raise JobFailed(f"docker build failed at {title} (exit code {rc})",
                         facts=[f"image {plan.ref()} was not tagged"],
                         hint="the log tail above shows the failing step"
@@ -109,6 +117,12 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                         log_tail=step_tail)
     image_id = iid.read_text().strip() if iid.exists() else ""
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)))
+
+
+# What the docker client says when the daemon goes away under a running build.
+_DAEMON_GONE = re.compile(r"server did not provide an image ID|error reading from server|"
+                          r"connection reset by peer|Cannot connect to the Docker daemon|"
+                          r"transport is closing|code = Unavailable|unexpected EOF", re.I)
 
 
 # What BuildKit says when it cannot fetch a FROM image's metadata: the network, DNS, a proxy,

@@ -67,9 +67,13 @@ def client():
                        facts=[str(e).splitlines()[0][:200]], hint=DAEMON_HINT) from None
 
 
-def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], *, cleanup: bool = False, **kw) -> subprocess.CompletedProcess:
+    """The docker client. cleanup: a command that undoes something (removes a container) and
+    must finish even while imgbuild is being stopped (cli/main.py spares it)."""
     d = cli()
     env = dict(os.environ)
+    if cleanup:
+        env["IMGBUILD_CLEANUP"] = "1"
     if d.buildkit_env:
         env["DOCKER_BUILDKIT"] = "1"
     return subprocess.run([d.path, *args], env=env, **kw)

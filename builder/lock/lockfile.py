@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from ..catalog.indexes import strip_credentials
 from ..errors import LockError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_text, cannot_write
 
 LOCK_FORMAT = 1
 
@@ -137,9 +137,13 @@ def parse_body(body: str, where: str) -> tuple[LockedPackage, ...]:
 def read_lock(path: Path) -> Lockfile:
     """Read and verify a lockfile. A body that does not match its recorded hash is refused."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise LockError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise LockError(f"{path}: not a lockfile (not UTF-8 text, byte {e.start})",
+                        hint=f"restore it from version control, or regenerate it with "
+                             f"`imgbuild lock {path.name.split('.py')[0]}`") from None
     header: dict[str, str] = {}
     lines = text.splitlines(keepends=True)
     i = 0
@@ -178,6 +182,9 @@ def write_lock(path: Path, req: LockRequest, body: str, uv_version: str) -> Lock
         f"# inputs: {req.inputs_hash()}\n"
         f"# body: {body_hash}\n"
     )
-    atomic_write_text(path, header + body)
+    try:
+        atomic_write_text(path, header + body)
+    except OSError as e:
+        raise cannot_write(path, e, "the lock") from None
     return read_lock(path)
 

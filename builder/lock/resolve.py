@@ -12,10 +12,17 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ..errors import LockError, ResolveError
+from ..errors import EnvError, ImgbuildError, ResolveError
 from . import conflicts
 from .lockfile import Lockfile, LockRequest, parse_body, read_lock, write_lock
 from .uv import index_args, uv_bin, uv_env, uv_version
+
+# uv's words when a request never got an answer (DNS, refused, timed out, TLS) or the index
+# answered with an error: the machine's network or the index's address, not the requirements.
+_UNREACHABLE = re.compile(
+    r"Failed to fetch|error sending request|dns error|failed to lookup address|"
+    r"tcp connect error|Connection refused|operation timed out|Request failed after \d+ retr|"
+    r"invalid peer certificate|certificate verify failed")
 
 
 def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None = None,
@@ -52,6 +59,14 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
                 cmd += ["--extra-index-url", u]
         cmd += index_args(req, wheels)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env(), cwd=td)
+        if proc.returncode != 0 and _UNREACHABLE.search(proc.stderr):
+            # Not a verdict on the requirements: uv never saw the index's answer.
+            raise EnvError(
+                f"cannot reach the package index to lock target '{req.target}'",
+                facts=[ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-12:],
+                hint="check the network, the proxy (HTTPS_PROXY) and the index (UV_DEFAULT_INDEX "
+                     "for a mirror, SSL_CERT_FILE for its CA); offline, pass --wheels DIR with "
+                     "the wheels the target needs")
         if proc.returncode != 0:
             raise ResolveError(
                 f"no environment satisfies target '{req.target}' on "
@@ -118,7 +133,7 @@ def lock_many(reqs: list[LockRequest], lock_dir: Path, wheels: Path | None = Non
         try:
             lock, written = ensure_lock(r, lock_dir, wheels, refresh=refresh)
             return lock, written, None
-        except (ResolveError, LockError) as e:
+        except ImgbuildError as e:  # a resolution, a lock, the network or the disk
             return None, False, e
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import ImgbuildError, InputError
+from ..fsutil import check_writable
 from ..lock import kernels
 from ..lock.freshness import freshness
 from ..lock.resolve import check_overrides, lock_many
@@ -82,6 +83,8 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             entries = list(pool.map(one, refs))
     else:
+        # A directory that cannot take the lock is said now, not after minutes of resolving.
+        check_writable(ws.lockfiles, "lockfiles to")
         for ref, (lock, written, err) in zip(refs, lock_many(
                 [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs)):
             if err is None:

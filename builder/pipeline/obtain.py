@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import JobFailed
+from ..fsutil import cannot_write
 from ..image import base as base_image
 from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
@@ -67,8 +68,11 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td, \
             tempfile.TemporaryDirectory(prefix="imgbuild-secrets-") as sd:
         ctx = Path(td)
-        carried = prepare_context(plan, lock, ctx, wheels=ws.wheels, smoke_model_dir=smoke_dir,
-                                  patches=ws.patches)
+        try:
+            carried = prepare_context(plan, lock, ctx, wheels=ws.wheels,
+                                      smoke_model_dir=smoke_dir, patches=ws.patches)
+        except OSError as e:  # a full or read-only TMPDIR: the scratch context goes with `with`
+            raise cannot_write(ctx, e, "the build context") from None
         flags = index_flags(plan, bool(carried))
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:

@@ -115,11 +115,19 @@ def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
     return coverage.judge(record, rules, gpu_archs, lock, where)
 
 
+# Keys added to targets after images were built: left at their default, a spec reads as it did
+# before the key existed, so that no image's content key moves for a feature it does not use.
+_LATER_KEYS = {"split_heavy_layer": False}
+
+
 def spec_digest(target: Target) -> str:
     """The target's spec as read (comments and key order gone), by content. Where the file lies
     is not part of it."""
     doc = asdict(target)
     doc.pop("path")
+    for key, default in _LATER_KEYS.items():
+        if doc.get(key) == default:
+            doc.pop(key)
     return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 

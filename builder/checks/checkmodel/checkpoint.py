@@ -15,6 +15,10 @@ from typing import Any
 from ...errors import EnvError, InputError
 
 QUANT_PARAMS = ("weight_packed", "weight_scale")
+# The largest config.json or safetensors index read. Real ones are kilobytes (config) to a few
+# megabytes (the index of a 1T-parameter model: ~100k tensors, ~8 MB); anything past this is
+# not a checkpoint's metadata, and reading it whole would cost twice its size in memory.
+MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,9 @@ class Checkpoint:
 
     @property
     def architecture(self) -> str | None:
-        archs = self.config.get("architectures") or []
-        return archs[0] if archs and isinstance(archs[0], str) else None
+        archs = self.config.get("architectures")
+        return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) \
+            else None
 
 
 def quant_config(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
@@ -65,6 +70,76 @@ def quant_config(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tupl
     if isinstance(tc, dict) and isinstance(tc.get("quantization_config"), dict):
         return tc["quantization_config"], ("text_config", "quantization_config")
     return None, ()
+
+
+def _where(keys: tuple[str, ...], *more: object) -> str:
+    return ".".join(keys) + "".join(f"[{m!r}]" if isinstance(m, int) else f".{m}" for m in more)
+
+
+def _patterns(value: Any, keys: tuple[str, ...], name: str, problems: list[str]) -> None:
+    """A list of module names or `re:` expressions (compressed-tensors' `ignore`, `targets`)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        problems.append(f"{_where(keys, name)} is {type(value).__name__} {_short(value)}; "
+                        f"compressed-tensors reads a list of names or `re:` expressions")
+        return
+    for i, e in enumerate(value):
+        if not isinstance(e, str):
+            problems.append(f"{_where(keys, name, i)} is {type(e).__name__} {_short(e)}, "
+                            f"not a name or `re:` expression")
+        elif e.startswith("re:"):
+            try:
+                re.compile(e[3:])
+            except re.error as err:
+                problems.append(f"{_where(keys, name, i)} {e!r} is not a regular expression "
+                                f"({err}); the engine fails on it when it loads the model")
+
+
+def _short(v: Any) -> str:
+    t = json.dumps(v)
+    return t if len(t) <= 60 else t[:57] + "..."
+
+
+def malformed(q: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """What in a compressed-tensors quantization config has a shape its reader does not accept
+    (compressed-tensors' QuantizationConfig): each a sentence naming the key. Empty: well formed
+    enough to judge."""
+    problems: list[str] = []
+    for k in ("format", "quant_method", "quantization_status"):
+        if q.get(k) is not None and not isinstance(q[k], str):
+            problems.append(f"{_where(keys, k)} is {type(q[k]).__name__} {_short(q[k])}, "
+                            f"not a string")
+    _patterns(q.get("ignore"), keys, "ignore", problems)
+    groups = q.get("config_groups")
+    if groups is not None:
+        if not isinstance(groups, dict):
+            problems.append(f"{_where(keys, 'config_groups')} is {type(groups).__name__} "
+                            f"{_short(groups)}; compressed-tensors reads a mapping of group "
+                            f"name to scheme")
+            groups = {}
+        for g, gc in groups.items():
+            if isinstance(gc, list):  # a preset scheme's name -> its targets
+                _patterns(gc, (*keys, "config_groups"), g, problems)
+                continue
+            if not isinstance(gc, dict):
+                problems.append(f"{_where(keys, 'config_groups', g)} is {type(gc).__name__} "
+                                f"{_short(gc)}, not a scheme (a mapping with targets)")
+                continue
+            gk = (*keys, "config_groups", g)
+            if "targets" not in gc:
+                problems.append(f"{_where(gk, 'targets')} is missing: a scheme names the "
+                                f"modules it quantizes")
+            _patterns(gc.get("targets"), gk, "targets", problems)
+            if gc.get("format") is not None and not isinstance(gc["format"], str):
+                problems.append(f"{_where(gk, 'format')} is {type(gc['format']).__name__} "
+                                f"{_short(gc['format'])}, not a string")
+            for part in ("weights", "input_activations", "output_activations"):
+                if gc.get(part) is not None and not isinstance(gc[part], dict):
+                    problems.append(f"{_where(gk, part)} is {type(gc[part]).__name__} "
+                                    f"{_short(gc[part])}, not a mapping (num_bits, type, "
+                                    f"strategy ...)")
+    return problems
 
 
 def safetensors_keys(path: Path) -> list[str]:
@@ -80,14 +155,34 @@ def safetensors_keys(path: Path) -> list[str]:
             header = json.loads(f.read(n))
         except ValueError as e:
             raise InputError(f"{path}: unreadable safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: not a safetensors file (its header is JSON "
+                         f"{type(header).__name__}, not an object of tensors)")
     return [k for k in header if k != "__metadata__"]
 
 
 def _read_json(path: Path) -> tuple[dict[str, Any], str]:
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"{path}: {size / 2**20:,.0f} MiB, more than check-model reads "
+                             f"({MAX_JSON_BYTES // 2**20} MiB)",
+                             facts=["a checkpoint's config.json is kilobytes and its safetensors "
+                                    "index a few megabytes"],
+                             hint="point check-model at the checkpoint's config.json (and "
+                                  "model.safetensors.index.json), not at a weights file")
+        with open(path, "rb") as f:
+            # Bounded even where stat() cannot tell (a pipe, /proc): one byte past the cap.
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise InputError(f"{path}: more than check-model reads ({MAX_JSON_BYTES // 2**20} MiB)")
+        text = raw.decode("utf-8")
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})",
+                         hint="config.json is JSON in UTF-8; point check-model at the "
+                              "checkpoint directory or its config.json") from None
     try:
         data = json.loads(text)
     except ValueError as e:

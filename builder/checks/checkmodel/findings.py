@@ -12,9 +12,10 @@ from ...catalog.catalog import Catalog
 from ...catalog.engines import EngineTable
 from ...catalog.families import SymbolFamily
 from ...catalog.targets import Target
+from ...errors import InputError
 from .. import drift
 from .behaviour import Behaviour, Fact, behaviour, target_behaviour
-from .checkpoint import Checkpoint, quant_config
+from .checkpoint import Checkpoint, malformed, quant_config
 from .fix import FixResult
 from .ignore import _EXPERT, EXAMPLES, IgnoreAnalysis, analyze_ignore, ignore_entries
 from .names import NameIndex, ignored_set, names_ignored
@@ -500,7 +501,7 @@ def analyze(checkpoint: Checkpoint, *, target: Target | None, engines: EngineTab
     beh = target_behaviour(target, table) if target is not None else \
         behaviour("transformers", "5.0", table=table)
     index = index or NameIndex(checkpoint.module_names)
-    q, _ = quant_config(config)
+    q, keys = quant_config(config)
     if q is None:
         return Analysis((Finding("not-quantized", "info", "config.json has no "
                                  "quantization_config: nothing to check",
@@ -510,6 +511,11 @@ def analyze(checkpoint: Checkpoint, *, target: Target | None, engines: EngineTab
                                  f"quant_method is {q.get('quant_method')!r}, not "
                                  f"compressed-tensors: nothing check-model knows to check"),),
                         beh, index)
+    if problems := malformed(q, keys):
+        # Judged as it stands, a malformed config would pass: an engine fails on it instead.
+        raise InputError(f"{checkpoint.source}: the quantization config is malformed",
+                         facts=problems, hint="fix config.json (compressed-tensors writes these "
+                         "keys when it saves a checkpoint: re-save it, or correct the keys named)")
     findings: list[Finding] = []
     where = f"{checkpoint.source}/config.json" if checkpoint.config_path is None or \
         checkpoint.config_path.name != "config.json" else str(checkpoint.config_path)

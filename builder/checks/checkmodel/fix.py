@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, JobFailed
-from ...fsutil import atomic_write_text
+from ...fsutil import atomic_write_text, cannot_write, check_writable
 from .checkpoint import quant_config
 from .ignore import EXAMPLES, ignore_entries
 from .names import MATCHERS, NameIndex, ignored_set
@@ -248,13 +248,20 @@ def write_fix(result: FixResult, out: str | Path, original_text: str) -> FixResu
     original beside it as config.json.orig (an existing .orig is kept: it is the first one).
     Both writes are atomic; the written file is read back and compared."""
     out = Path(out).expanduser()
+    if out.exists() and not out.is_dir() and out.suffix != ".json":
+        raise InputError(f"--fix {out}: an existing file that is not a .json",
+                         hint="pass a directory (config.json is written in it) or a .json path")
     target = out if out.suffix == ".json" and not out.is_dir() else out / "config.json"
     orig = target.with_name(target.name + ".orig")
     kept = orig.exists()
-    if not kept:
-        atomic_write_text(orig, original_text)
-    text = json.dumps(result.config, indent=2, ensure_ascii=False) + "\n"
-    atomic_write_text(target, text)
+    try:
+        check_writable(target.parent, "the fixed config.json to")
+        if not kept:
+            atomic_write_text(orig, original_text)
+        text = json.dumps(result.config, indent=2, ensure_ascii=False) + "\n"
+        atomic_write_text(target, text)
+    except OSError as e:
+        raise cannot_write(target, e, "the fixed config") from None
     if json.loads(target.read_text()) != result.config:
         raise JobFailed(f"{target}: what was written does not read back the same",
                         hint="check the disk, then run the command again")

@@ -12,11 +12,31 @@ from rich.table import Table
 
 
 def table(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Rows under a title. The first column holds what a user types next (a target, a model,
+    a package) and is never cut.
+
+    On a terminal: a table whose other columns wrap to fit. Elsewhere (a pipe, a file, CI's
+    log): one record per line, columns padded to their widest cell and nothing cut or wrapped,
+    which is what `grep`, `cut` and `column` read.
+    """
+    cells = [[str(x) for x in r] for r in rows]
+    if not console.is_terminal:
+        flat = [[c.replace("\n", ", ") for c in r] for r in [list(columns), *cells]]
+        widths = [max(len(r[i]) for r in flat) for i in range(len(columns))]
+        console.out(title, highlight=False)
+        for r in flat:
+            console.out("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(),
+                        highlight=False)
+        return
     t = Table(title=title, title_justify="left")
-    for col in columns:
-        t.add_column(col)
-    for r in rows:
-        t.add_row(*[escape(str(x)) for x in r])
+    first = max((len(ln) for r in cells for ln in r[0].splitlines()), default=0) if cells else 0
+    for i, col in enumerate(columns):
+        if i == 0:
+            t.add_column(col, no_wrap=True, min_width=max(first, len(col)))
+        else:
+            t.add_column(col, overflow="fold")
+    for r in cells:
+        t.add_row(*[escape(x) for x in r])
     console.print(t)
 
 

@@ -1,0 +1,596 @@
+"""Bad input answered, faults survived, nothing lost: each case a user met, run as they run it.
+
+Real components throughout: the CLI as a subprocess, uv against a local pypiserver or an
+address that refuses, tmpfs mounts for a read-only or full disk (root only; skipped
+elsewhere, saying so), real signals.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from builder.catalog.failures import load_failures
+from builder.errors import EnvError, SpecError
+from builder.lock.lockfile import LockRequest
+from builder.lock.resolve import ensure_lock
+from builder.workspace import Workspace
+
+from .conftest import ROOT, run_imgbuild
+from .wheelfactory import LocalIndex, WheelSpec, free_port
+
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+NVFP4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}
+
+
+def ct_config(**quant) -> dict:
+    q = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": [],
+         "config_groups": {"g": {"targets": ["Linear"], "weights": NVFP4,
+                                 "input_activations": NVFP4}}}
+    q.update(quant)
+    return {"architectures": ["LlamaForCausalLM"], "quantization_config": q}
+
+
+def write_ckpt(d: Path, config: dict, modules: list[str] | None = None) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    if modules is not None:
+        wm = {f"{m}.{t}": "model.safetensors" for m in modules
+              for t in ("weight_packed", "weight_scale")}
+        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    return d
+
+
+def no_traceback(r: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+
+
+@pytest.fixture()
+def tmpfs(tmp_path):
+    """mount(size, ro=False) -> a fresh tmpfs: a disk that is full or read-only for real."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "1m", *, ro: bool = False, seed: dict[str, bytes] | None = None) -> Path:
+        d = tmp_path / f"tmpfs{len(mounted)}"
+        d.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"skipped: cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+        mounted.append(d)
+        for name, data in (seed or {}).items():
+            (d / name).write_bytes(data)
+        if ro:
+            subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+        return d
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def fill(d: Path) -> None:
+    """Take every free byte of d's filesystem."""
+    fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+# --- check-model: what its reader accepts ---------------------------------------------------
+
+@pytest.mark.parametrize("quant, says", [
+    ({"ignore": "lm_head"}, "quantization_config.ignore is str"),
+    ({"format": 5}, "quantization_config.format is int 5"),
+    ({"config_groups": []}, "quantization_config.config_groups is list"),
+    ({"ignore": ["re:(unclosed"]}, "is not a regular expression"),
+    ({"config_groups": {"g": {"weights": NVFP4}}}, "config_groups.g.targets is missing"),
+    ({"config_groups": {"g": {"targets": "Linear"}}}, "config_groups.g.targets is str"),
+    ({"config_groups": {"g": {"targets": ["Linear"], "weights": 4}}},
+     "config_groups.g.weights is int"),
+    ({"config_groups": {"g": "W4A16"}}, "config_groups.g is str"),
+])
+def test_a_malformed_quantization_config_is_refused_not_passed(tmp_path, quant, says):
+    d = write_ckpt(tmp_path / "ck", ct_config(**quant))
+    r = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell")
+    no_traceback(r)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "malformed" in r.stderr and says in r.stderr
+    j = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell", "--json")
+    assert j.returncode == 2 and json.loads(j.stdout)["exit_code"] == 2
+    assert any(says in f for f in json.loads(j.stdout)["facts"])
+
+
+def test_a_well_formed_config_still_passes(tmp_path):
+    # The other side of the check above: a preset group (name -> targets) is compressed-tensors'
+    # own shape, and a null ignore is what some savers write.
+    d = write_ckpt(tmp_path / "ck", ct_config(ignore=None, config_groups={"NVFP4": ["Linear"]}))
+    r = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell")
+    no_traceback(r)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("config", [
+    {"architectures": ["X"]}, {"quantization_config": None},
+    {"quantization_config": {"quant_method": "gptq", "bits": 4}},
+    {"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}},
+])
+def test_a_checkpoint_that_is_not_compressed_tensors_is_said_so(tmp_path, config):
+    d = write_ckpt(tmp_path / "ck", config)
+    for extra in ((), ("--json",)):
+        r = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell", *extra)
+        no_traceback(r)
+        assert r.returncode == 0
+        assert "nothing" in (r.stdout + r.stderr)
+
+
+def test_check_model_refuses_a_huge_config_before_reading_it(tmp_path):
+    d = tmp_path / "ck"
+    d.mkdir()
+    with open(d / "config.json", "wb") as f:  # sparse: 65 MiB that take no disk
+        f.truncate(65 * 2**20)
+    r = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell")
+    no_traceback(r)
+    assert r.returncode == 2 and "more than check-model reads (64 MiB)" in r.stderr
+
+
+def test_check_model_says_a_config_that_is_not_utf8(tmp_path):
+    d = tmp_path / "ck"
+    d.mkdir()
+    (d / "config.json").write_bytes(json.dumps(ct_config()).encode("utf-16"))
+    r = run_imgbuild("check-model", str(d), "--target", "sglang-blackwell")
+    no_traceback(r)
+    assert r.returncode == 2 and "not UTF-8" in r.stderr
+
+
+def parent_ckpt(tmp_path: Path) -> Path:
+    mods = [f"model.layers.{i}.mlp.{p}" for i in range(2) for p in ("gate_proj", "up_proj",
+                                                                       "down_proj")]
+    return write_ckpt(tmp_path / "ck", ct_config(ignore=["lm_head", "model.layers.0.mlp"]), mods)
+
+
+def test_fix_into_an_existing_file_or_an_unwritable_place(tmp_path, tmpfs):
+    d = parent_ckpt(tmp_path)
+    before = (d / "config.json").read_bytes()
+    args = ("check-model", str(d), "--target", "sglang-0516-blackwell")
+    # Where --fix works, the checkpoint has something to fix (the parent entry).
+    ok = run_imgbuild(*args, "--fix", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "config.json").is_file(), ok.stdout + ok.stderr
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    r = run_imgbuild(*args, "--fix", str(notes))
+    no_traceback(r)
+    assert r.returncode == 2 and "not a .json" in r.stderr and notes.read_text() == "mine"
+    ro = tmpfs("1m", ro=True)
+    r = run_imgbuild(*args, "--fix", str(ro / "out"))
+    no_traceback(r)
+    assert r.returncode == 3 and "Read-only file system" in r.stderr, r.stderr
+    r = run_imgbuild(*args, "--fix", str(notes / "below-a-file"))
+    no_traceback(r)
+    assert r.returncode == 3, r.stderr
+    assert (d / "config.json").read_bytes() == before
+
+
+# --- lock: the index, the disk, signals -----------------------------------------------------
+
+def refusing_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/simple"  # nothing listens: connection refused
+
+
+@pytest.mark.parametrize("command", ["lock", "plan"])
+def test_an_unreachable_index_is_the_environment_not_the_requirements(images_copy, command):
+    locks = images_copy.parent / "lockfiles"
+    for f in locks.glob("tiny-cpu.*"):
+        f.unlink()
+    url = refusing_url()
+    env = {"UV_DEFAULT_INDEX": url, "UV_INDEX_URL": url, "IMGBUILD_WHEELS": ""}
+    t = images_copy / "tiny-cpu.yaml"
+    t.write_text(t.read_text().replace("https://download.pytorch.org/whl/cpu", url))
+    r = run_imgbuild(command, "tiny-cpu", "--images", str(images_copy), "--lockfiles",
+                     str(locks), env=env)
+    no_traceback(r)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "cannot reach the package index" in r.stderr and "--wheels" in r.stderr
+    assert "relax a requirement" not in r.stderr
+    assert not list(locks.glob("tiny-cpu.*"))
+
+
+def test_lock_into_a_read_only_directory_fails_first_and_keeps_the_lock(tmp_path, tmpfs):
+    old = (ROOT / "lockfiles" / "tiny-cpu.py3.11-manylinux_2_36-x86_64.txt").read_bytes()
+    ro = tmpfs("1m", ro=True, seed={"tiny-cpu.py3.11-manylinux_2_36-x86_64.txt": old})
+    t = time.monotonic()
+    r = run_imgbuild("lock", "tiny-cpu", "--refresh", "--lockfiles", str(ro), "--json")
+    no_traceback(r)
+    assert r.returncode == 3
+    doc = json.loads(r.stdout)
+    assert doc["exit_code"] == 3 and "Read-only file system" in doc["message"]
+    # Said before resolving (which takes seconds), not after.
+    assert time.monotonic() - t < 30
+    assert (ro / "tiny-cpu.py3.11-manylinux_2_36-x86_64.txt").read_bytes() == old
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    ix = LocalIndex(tmp_path_factory.mktemp("hardening-index"))
+    ix.add(WheelSpec("alpha", "1.0"))
+    ix.add(WheelSpec("alpha", "2.0"))
+    ix.start()
+    yield ix
+    ix.stop()
+
+
+def test_a_full_disk_under_the_lockfiles_keeps_the_previous_lock(small_index, tmpfs,
+                                                                   monkeypatch, tmp_path):
+    monkeypatch.setenv("UV_INDEX_URL", small_index.url)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    d = tmpfs("256k")
+    plat = "x86_64-manylinux_2_36"
+    first, written = ensure_lock(LockRequest("t", "3.11", plat, ("alpha==1.0",), ()), d)
+    assert written
+    before = first.path.read_bytes()
+    fill(d)
+    with pytest.raises(EnvError) as e:
+        ensure_lock(LockRequest("t", "3.11", plat, ("alpha==2.0",), ()), d)
+    assert "No space left on device" in e.value.message
+    assert first.path.read_bytes() == before
+    assert sorted(p.name for p in d.iterdir()) == sorted([first.path.name, "filler"])
+
+
+class HangingIndex:
+    """An index that accepts connections and never answers: uv waits on it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/simple"
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def uv_children(pid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+                cmd = (p / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"uv" in cmd:
+                out.append(int(p.name))
+    return out
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_lock_ends_uv_and_removes_the_scratch(images_copy, tmp_path, sig,
+                                                               code):
+    hang = HangingIndex()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    locks = images_copy.parent / "lockfiles"
+    before = {p.name: p.read_bytes() for p in locks.iterdir()}
+    env = dict(os.environ, UV_DEFAULT_INDEX=hang.url, UV_INDEX_URL=hang.url, IMGBUILD_WHEELS="",
+               TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never")
+    p = subprocess.Popen([sys.executable, "-m", "builder.cli", "lock", "sglang-blackwell",
+                          "--refresh", "--images", str(images_copy), "--lockfiles", str(locks)],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not uv_children(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kids = uv_children(p.pid)
+        assert kids, "uv never started"
+        assert any(scratch.iterdir())  # uv's scratch directory is there while it runs
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        hang.close()
+    assert p.returncode == code, err[-2000:]
+    assert "Traceback" not in err
+    time.sleep(0.2)
+    assert not [k for k in kids if Path(f"/proc/{k}").exists()
+                and "Z" not in Path(f"/proc/{k}/stat").read_text().split(")")[1][:3]]
+    assert not list(scratch.iterdir())
+    assert {p.name: p.read_bytes() for p in locks.iterdir()} == before
+
+
+# --- arguments and data ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["", ",,,", "sm100,", " , sm100"])
+def test_an_empty_arch_is_refused_not_ignored(arch):
+    r = run_imgbuild("plan", "sglang-blackwell", "--arch", arch)
+    no_traceback(r)
+    assert r.returncode == 2 and "--arch has an empty entry" in r.stderr
+
+
+@pytest.mark.parametrize("versions", [">=0.5.17,<0.5.7", ">=0.5.7,<0.5.7", ">0.5.7,<=0.5.7"])
+def test_a_patch_range_no_version_satisfies_is_refused(images_copy, versions):
+    y = images_copy / "patches" / "sglang-ct-ignore-exact-match.yaml"
+    y.write_text(y.read_text().replace('versions: ">=0.5.7,<0.5.17"', f'versions: "{versions}"'))
+    with pytest.raises(SpecError) as e:
+        _ = Workspace(images_copy, images_copy.parent / "lockfiles").patches
+    assert e.value.key == "versions" and "no version satisfies" in e.value.message
+    r = run_imgbuild("plan", "sglang-0516-blackwell", "--images", str(images_copy))
+    no_traceback(r)
+    assert r.returncode == 2 and "sglang-ct-ignore-exact-match.yaml" in r.stderr
+
+
+# Which engine behaviour (images/checks/engines.yaml) each SGLang failure follows from: the
+# versions a failure names must be the versions the table records with that behaviour.
+CAUSED_BY = {
+    "sglang-mixed-precision-no-scheme": ("activation_gate", "top-level"),
+    "sglang-ignore-dequantized-keyerror": ("ignore_matcher", "substring"),
+    "sglang-ignore-dequantized-params": ("ignore_matcher", "substring"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(CAUSED_BY))
+def test_failure_ranges_agree_with_the_engine_table(failure):
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    ws = Workspace(ROOT / "images", ROOT / "lockfiles")
+    fp = next(f for f in load_failures(ROOT / "images").fingerprints if f.id == failure)
+    spec = SpecifierSet(dict(fp.applies_to)["sglang"], prereleases=True)
+    key, value = CAUSED_BY[failure]
+    rules = ws.engines.engines["sglang"].rules[key]
+    with_it = {v for r in rules if r.value == value for v in r.checked}
+    without = {v for r in rules if r.value != value for v in r.checked}
+    assert with_it and all(Version(v) in spec for v in with_it), (fp.applies_to, with_it)
+    assert not [v for v in without if Version(v) in spec]
+    # The patch that changes the behaviour covers versions the failure names, no others.
+    for r in rules:
+        if r.value == value and r.patch:
+            patch = ws.patches[r.patch]
+            for v in r.checked:
+                assert Version(v) in SpecifierSet(patch.versions, prereleases=True)
+
+
+def test_the_no_scheme_failure_does_not_promise_what_fix_does_not_do():
+    fp = next(f for f in load_failures(ROOT / "images").fingerprints
+              if f.id == "sglang-mixed-precision-no-scheme")
+    assert "writes a corrected config" not in fp.fix
+    assert "--fix` leaves its format alone" in " ".join(fp.fix.split())
+
+
+# --- doctor: how the log comes ----------------------------------------------------------------
+
+def diagnosis_ids(r: subprocess.CompletedProcess) -> list[str]:
+    return [d["id"] for d in json.loads(r.stdout)["diagnoses"]]
+
+
+@pytest.mark.parametrize("encode", [
+    lambda b: b.decode().encode("utf-16"),
+    lambda b: b.decode().encode("utf-16-le"),
+    lambda b: b.decode().encode("utf-16-be"),
+    lambda b: b"\xef\xbb\xbf" + b,
+    gzip.compress,
+    lambda b: gzip.compress(b.decode().encode("utf-16")),
+], ids=["utf16-bom", "utf16le", "utf16be", "utf8-bom", "gzip", "gzip-utf16"])
+def test_doctor_reads_the_log_however_it_was_saved(tmp_path, encode):
+    src = (LOGS / "compression-format-missing.log").read_bytes()
+    plain = run_imgbuild("doctor", str(LOGS / "compression-format-missing.log"), "--json")
+    assert plain.returncode == 1 and diagnosis_ids(plain)
+    f = tmp_path / "server.log"
+    f.write_bytes(encode(src))
+    r = run_imgbuild("doctor", str(f), "--json")
+    assert r.returncode == 1 and diagnosis_ids(r) == diagnosis_ids(plain)
+    piped = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", "-", "--json"],
+                           cwd=ROOT, input=encode(src), capture_output=True)
+    assert piped.returncode == 1
+    assert [d["id"] for d in json.loads(piped.stdout)["diagnoses"]] == diagnosis_ids(plain)
+
+
+def test_doctor_on_a_truncated_gzip_says_so(tmp_path):
+    f = tmp_path / "server.log.gz"
+    f.write_bytes(gzip.compress((LOGS / "benign.log").read_bytes() * 50)[:200])
+    r = run_imgbuild("doctor", str(f))
+    no_traceback(r)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def peak_rss_kb(args: list[str]) -> int:
+    """The peak resident memory of one run of the CLI, measured in a process of its own."""
+    probe = ("import resource, subprocess, sys\n"
+             "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    r = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "builder.cli", *args],
+                       cwd=ROOT, capture_output=True, text=True, check=True)
+    return int(r.stdout.strip())
+
+
+def test_doctor_memory_stays_flat_in_the_log_size(tmp_path):
+    tail = (LOGS / "compression-format-missing.log").read_text()
+    line = "[2026-01-01 00:00:00 TP0] INFO an ordinary line of server output, of some length\n"
+    small, big = tmp_path / "small.log", tmp_path / "big.log"
+    small.write_text(line * 20_000 + tail)  # 1.6 MB
+    with open(big, "w") as f:  # 80 MB
+        for _ in range(50):
+            f.write(line * 20_000)
+        f.write(tail)
+    a, b = peak_rss_kb(["doctor", str(small)]), peak_rss_kb(["doctor", str(big)])
+    # Read whole, 80 MB of text held as lines costs several times its size; streamed, the
+    # peak is the interpreter's and the catalog's, whatever the log's length.
+    assert b - a < 20_000, (a, b)
+
+
+# --- output a user types from -----------------------------------------------------------------
+
+def test_list_in_a_pipe_keeps_every_target_name_whole():
+    r = run_imgbuild("list")
+    assert r.returncode == 0
+    names = sorted(p.stem for p in (ROOT / "images").glob("*.yaml")
+                   if p.stem not in ("bases", "cuda", "gpus", "prune"))
+    listed = {ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()}
+    assert set(names) <= listed, set(names) - listed
+    assert "…" not in r.stdout
+
+
+def test_a_narrow_terminal_wraps_the_other_columns_not_the_names():
+    from builder.cli.views import table
+
+    c = Console(width=40, force_terminal=True, color_system=None, record=True)
+    table(c, "targets", ["target", "engine", "archs"],
+          [["sglang-0516-blackwell", "sglang 0.5.16", "sm100 sm120"],
+           ["sglang-vllm-blackwell", "sglang 0.5.23", "sm100"]])
+    text = c.export_text()
+    assert "sglang-0516-blackwell" in text and "sglang-vllm-blackwell" in text
+    assert "…" not in text
+
+
+def test_the_lock_of_a_failed_tmpfs_probe_leaves_nothing(tmpfs):
+    # The probe that tells a writable directory removes its file.
+    from builder.fsutil import check_writable
+
+    d = tmpfs("64k")
+    check_writable(d, "lockfiles to")
+    assert not list(d.iterdir())
+
+
+
+# --- the build and the smoke test: the disk, the daemon, signals -----------------------------
+
+def local_id(client, ref: str) -> str | None:
+    try:
+        return client.images.get(ref).id
+    except Exception:
+        return None
+
+
+def test_a_full_disk_under_the_build_context_is_said_and_cleaned(docker_client, tmpfs):
+    small = tmpfs("4m")  # uv alone (about 40 MB) does not fit
+    r = run_imgbuild("tiny-cpu", "--rebuild", "--no-smoke", env={"TMPDIR": str(small)})
+    no_traceback(r)
+    assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "cannot write the build context" in r.stderr and "No space left" in r.stderr
+    assert not [p for p in small.iterdir() if p.name.startswith("imgbuild-ctx-")]
+
+
+def containers_named(client, prefix: str) -> list:
+    return [c for c in client.containers.list(all=True) if c.name.startswith(prefix)]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig, code):
+    built = run_imgbuild("tiny-cpu", "--no-smoke", "--json")
+    assert built.returncode == 0, built.stderr[-2000:]
+    ref = json.loads(built.stdout)["content_tag"]
+    p = subprocess.Popen([sys.executable, "-m", "builder.cli", "smoke", ref], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not containers_named(docker_client, "imgbuild-smoke-") and \
+                time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert containers_named(docker_client, "imgbuild-smoke-"), "the smoke test never started"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == code and "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 30
+    while containers_named(docker_client, "imgbuild-smoke-") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not containers_named(docker_client, "imgbuild-smoke-")
+
+
+def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
+    """`imgbuild ARGS` started, returned once its `docker build` runs a step."""
+    env = dict(os.environ, TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1")
+    from .conftest import WHEELS
+
+    if WHEELS:
+        env.setdefault("IMGBUILD_WHEELS", WHEELS)
+    p = subprocess.Popen([sys.executable, "-m", "builder.cli", *args], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and p.poll() is None:
+        if subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode == 0:
+            return p
+        time.sleep(0.1)
+    p.kill()
+    raise AssertionError("the build never reached its install step: "
+                         + (p.stderr.read() if p.stderr else "")[-2000:])
+
+
+def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(docker_client, tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    before = local_id(docker_client, "imgbuild:tiny-cpu")
+    p = build_in_flight(["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143 and "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 60  # BuildKit cancels the build when its client goes
+    while subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode != 0
+    assert not list(scratch.iterdir())  # the context and the secrets directory are gone
+    assert local_id(docker_client, "imgbuild:tiny-cpu") == before  # no tag moved
+    # The build lock went with the process: the same build runs at once, and completes.
+    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "waiting for" not in again.stderr
+
+
+def restart_dockerd() -> None:
+    subprocess.run(["pkill", "-TERM", "-x", "dockerd"], check=False)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode == 0 and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh")], check=True,
+                   capture_output=True)
+
+
+def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker_client,
+                                                                          tmp_path):
+    if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:
+        pytest.skip("skipped: dockerd is not a process here (a remote or rootless daemon)")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    before = local_id(docker_client, "imgbuild:tiny-cpu")
+    p = build_in_flight(["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch)
+    try:
+        restart_dockerd()
+        out, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+    assert p.returncode == 3 and "Traceback" not in err, (out + err)[-3000:]
+    assert not list(scratch.iterdir())
+    assert local_id(docker_client, "imgbuild:tiny-cpu") == before
+    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
