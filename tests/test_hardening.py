@@ -470,7 +470,7 @@ def test_a_narrow_terminal_wraps_the_other_columns_not_the_names():
     assert "…" not in text
 
 
-def test_the_lock_of_a_failed_tmpfs_probe_leaves_nothing(tmpfs):
+def test_the_writable_probe_leaves_nothing(tmpfs):
     # The probe that tells a writable directory removes its file.
     from builder.fsutil import check_writable
 
@@ -594,3 +594,40 @@ def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker
     assert local_id(docker_client, "imgbuild:tiny-cpu") == before
     again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client, tmp_path,
+                                                                   sig, code):
+    from builder.image.registry import Repository, manifest_digest
+
+    from .conftest import WHEELS
+    from .registries import Registry
+
+    reg = Registry(tmp_path / "reg").start()
+    try:
+        repo = f"{reg.host}/imgbuild"
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1") | (
+            {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
+        p = subprocess.Popen([sys.executable, "-m", "builder.cli", "tiny-cpu", "--push",
+                              "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        uploads = reg.root / "data" / "docker" / "registry" / "v2" / "repositories" / \
+            "imgbuild" / "_uploads"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and p.poll() is None:
+            if uploads.is_dir() and any(uploads.iterdir()):
+                break
+            time.sleep(0.05)
+        assert p.poll() is None, "the push ended before a layer upload was seen"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == code and "Traceback" not in err, err[-2000:]
+        r = Repository.parse(repo)
+        assert manifest_digest(r, "tiny-cpu") is None  # no moving tag on a partial image
+        done = run_imgbuild("tiny-cpu", "--push", "--registry", repo, "--json", timeout=1800)
+        assert done.returncode == 0, done.stderr[-3000:]
+        content = json.loads(done.stdout)["content_tag"].rsplit(":", 1)[1]
+        assert manifest_digest(r, "tiny-cpu") == manifest_digest(r, content) is not None
+    finally:
+        reg.stop()
