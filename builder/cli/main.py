@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     command = importlib.import_module(f"{__package__}.commands.{COMMANDS[args.command]}")
     from .console import make_output
 
-    out = make_output(getattr(args, "json", False))
+    out = make_output(getattr(args, "json", False), getattr(args, "progress", "auto"))
     try:
         return command.run(args, out)
     except ImgbuildError as e:

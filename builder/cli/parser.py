@@ -21,6 +21,11 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true",
                         help="machine-readable output: JSON on stdout and nothing else")
+    common.add_argument("--progress", choices=("auto", "tty", "plain", "json"), default="auto",
+                        help="how long stages (builds, pulls, pushes) report on stderr: a live "
+                             "display (tty), a line every few seconds (plain), one JSON event "
+                             "per line (json); auto: tty on a terminal, plain otherwise, none "
+                             "with --json")
     common.add_argument("--images", default=os.environ.get("IMGBUILD_IMAGES"),
                         help="the images/ directory (env IMGBUILD_IMAGES; default: the nearest "
                              "images/ in this directory or above, else the checkout's)")

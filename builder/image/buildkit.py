@@ -14,7 +14,7 @@ from pathlib import Path
 from ..catalog.hardware import DEBIAN_ARCH
 from ..errors import EnvError, JobFailed
 from ..plan.plan import Plan
-from ..progress import SILENT, Progress
+from ..progress import SILENT, Progress, human_bytes
 from .base import host_cpu
 from .context import Secrets
 from .daemon import cli
@@ -59,6 +59,8 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     by_step: dict[str, deque[str]] = {}
     titles: dict[str, str] = {}
     cached: set[str] = set()
+    fetching: dict[str, int] = {}  # uv: package -> bytes it said it downloads
+    fetched = 0
     total = 0
     log = open(log_path, "w") if log_path else None
     try:
@@ -84,6 +86,15 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
             if sm:
                 sid = sm.group(1)
                 by_step.setdefault(sid, deque(maxlen=30)).append(line)
+                # uv's own words in an install step: the bytes it fetches, as they come.
+                if (dm := _UV_DOWNLOADING.search(line)) is not None:
+                    fetching[dm.group(1)] = _size(dm.group(2), dm.group(3))
+                elif (dm := _UV_DOWNLOADED.search(line)) is not None and dm.group(1) in fetching:
+                    fetched += fetching[dm.group(1)]
+                if fetching and sid in titles:
+                    status(f"building {plan.content_tag}: {titles[sid]}",
+                           f"uv fetched {human_bytes(fetched)} of "
+                           f"{human_bytes(sum(fetching.values()))}")
                 if line.endswith(" CACHED"):
                     cached.add(sid)
                 elif line.endswith(" DONE") or " DONE " in line:
@@ -117,6 +128,16 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                         log_tail=step_tail)
     image_id = iid.read_text().strip() if iid.exists() else ""
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)))
+
+
+# uv, where its output is not a terminal: " Downloading torch (174.8MiB)", " Downloaded torch".
+_UV_DOWNLOADING = re.compile(r"\bDownloading (\S+) \(([\d.]+)\s*([KMGT]i?B)\)")
+_UV_DOWNLOADED = re.compile(r"\bDownloaded (\S+)\s*$")
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _size(number: str, unit: str) -> int:
+    return int(float(number) * _UNITS[unit[0]] if unit[0] in _UNITS else float(number))
 
 
 # What the docker client says when the daemon goes away under a running build.

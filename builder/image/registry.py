@@ -12,6 +12,7 @@ from functools import cached_property
 from docker.errors import APIError, NotFound
 
 from ..errors import EnvError, InputError, JobFailed
+from ..progress import SILENT, Progress
 from .distribution import Client, insecure_hosts
 from .reference import parse_name
 
@@ -171,48 +172,67 @@ def check_reachable(repo: Repository) -> None:
                        hint=f"check --registry {repo.name}")
 
 
-def push(client, ref: str) -> str:
-    """Push one tag; return the manifest digest the registry stored."""
+def push(client, ref: str, progress: Progress = SILENT) -> str:
+    """Push one tag; return the manifest digest the registry stored. The Engine's events go to
+    `progress` as they come (bytes per layer, layers the registry has already)."""
     repo, _, tag = ref.rpartition(":")
     digest = None
-    for line in client.images.push(repo, tag=tag, stream=True, decode=True):
-        if "error" in line:
-            err = line["error"]
-            if re.search(r"denied|unauthori[sz]ed|authentication required", err, re.I):
-                # The Engine uses the same Docker config as every other registry call.
-                raise EnvError(f"registry {repo.split('/')[0]} refused the push of {ref}",
-                               facts=[err[:300]],
-                               hint="`docker login` with an account that may push there, then "
-                                    "run the command again")
-            if re.search(r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|"
-                         r"no such host|server misbehaving", err, re.I):
-                raise EnvError(f"registry {repo.split('/')[0]} went away during the push of "
-                               f"{ref}", facts=[err[:300]],
-                               hint="nothing was tagged that points at a partial image; when "
-                                    "the registry is back, run the command again (layers "
-                                    "already pushed are not sent twice)")
-            raise JobFailed(f"push of {ref} failed", facts=[err],
-                            hint="check that the registry is up and accepts pushes")
-        aux = line.get("aux") or {}
-        digest = aux.get("Digest", digest)
+    with progress.transfer("push", ref) as moving:
+        for line in client.images.push(repo, tag=tag, stream=True, decode=True):
+            moving.feed(line)
+            _push_event(line, ref, repo)
+            aux = line.get("aux") or {}
+            digest = aux.get("Digest", digest)
     if not digest:
         raise JobFailed(f"push of {ref} reported no digest")
     return digest
 
 
-def pull(client, ref: str, digest: str | None = None) -> str:
+def _push_event(line: dict, ref: str, repo: str) -> None:
+    """An error in the Engine's push stream, as the one error a user sees."""
+    if "error" not in line:
+        return
+    err = line["error"]
+    if re.search(r"denied|unauthori[sz]ed|authentication required", err, re.I):
+        # The Engine uses the same Docker config as every other registry call.
+        raise EnvError(f"registry {repo.split('/')[0]} refused the push of {ref}",
+                       facts=[err[:300]],
+                       hint="`docker login` with an account that may push there, then "
+                            "run the command again")
+    if re.search(r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|"
+                 r"no such host|server misbehaving", err, re.I):
+        raise EnvError(f"registry {repo.split('/')[0]} went away during the push of "
+                       f"{ref}", facts=[err[:300]],
+                       hint="nothing was tagged that points at a partial image; when "
+                            "the registry is back, run the command again (layers "
+                            "already pushed are not sent twice)")
+    raise JobFailed(f"push of {ref} failed", facts=[err],
+                    hint="check that the registry is up and accepts pushes")
+
+
+def pull(client, ref: str, digest: str | None = None, progress: Progress = SILENT) -> str:
     """Pull one tag; return the repo digest the image was pulled by. With `digest`, the Engine
     pulls by that digest (and checks every byte against it), then tags it `ref`: what is used
     is what the registry listed, even if the tag moves meanwhile."""
     repo, _, tag = ref.rpartition(":")
+    failed = None
     try:
-        img = client.images.pull(repo, tag=digest or tag)
+        with progress.transfer("pull", ref) as moving:
+            for event in client.api.pull(repo, tag=digest or tag, stream=True, decode=True):
+                moving.feed(event)
+                if "error" in event:
+                    failed = str(event["error"])
+                    break
+        img = client.images.get(f"{repo}@{digest}" if digest else ref)
     except NotFound:
-        raise JobFailed(f"{ref} is not in the registry") from None
+        if failed is None:
+            raise JobFailed(f"{ref} is not in the registry") from None
     except APIError as e:
-        raise EnvError(f"pull of {ref} failed", facts=[str(e)[:300]],
+        failed = str(e)
+    if failed is not None:
+        raise EnvError(f"pull of {ref} failed", facts=[failed[:300]],
                        hint="check that the registry is up, and `docker login` where it asks "
-                            "for credentials") from None
+                            "for credentials; layers already fetched are not fetched again")
     if digest:
         img.tag(repo, tag)
     for rd in img.attrs.get("RepoDigests", []):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,12 +128,22 @@ def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile) -> 
 
 
 def lock_many(reqs: list[LockRequest], lock_dir: Path, wheels: Path | None = None, *,
-              refresh: bool = False, jobs: int = 4) -> list[tuple[Lockfile | None, bool, Exception | None]]:
+              refresh: bool = False, jobs: int = 4,
+              note: Callable[[str], None] = lambda _m: None,
+              ) -> list[tuple[Lockfile | None, bool, Exception | None]]:
     """ensure_lock for independent targets in parallel (uv spends most of its time waiting on
-    the network). Results come back in order; one target's failure does not stop the others."""
+    the network). Results come back in order; one target's failure does not stop the others.
+    `note` hears when each starts resolving and how long it took (several run at once)."""
     def one(r: LockRequest):
+        where = f"{r.target} ({r.uv_platform})"
+        start = time.monotonic()
         try:
+            if refresh or not (lock_dir / r.filename()).exists():
+                note(f"locking {where} with uv ...")
             lock, written = ensure_lock(r, lock_dir, wheels, refresh=refresh)
+            if written:
+                note(f"locked {where}: {len(lock.packages)} packages in "
+                     f"{time.monotonic() - start:.1f} s")
             return lock, written, None
         except ImgbuildError as e:  # a resolution, a lock, the network or the disk
             return None, False, e

@@ -274,8 +274,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     pushed: list[str] = []
     report_ref = None
     if push:
-        progress.note(f"pushing {plan.ref()}")
-        digest = registry.push(client, plan.ref())
+        digest = registry.push(client, plan.ref(), progress)
         pushed.append(f"{plan.ref()}@{digest}")
         if gated.report is not None:
             report_ref = f"{repo.name}:" + registry.push_report(

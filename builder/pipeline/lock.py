@@ -12,6 +12,7 @@ from ..lock import kernels
 from ..lock.freshness import freshness
 from ..lock.resolve import check_overrides, lock_many
 from ..plan import coverage
+from ..progress import SILENT, Progress
 from ..workspace import TargetRef, Workspace
 
 
@@ -65,7 +66,7 @@ class LockReport:
 
 
 def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
-                 refresh: bool = False, jobs: int = 4) -> LockReport:
+                 refresh: bool = False, jobs: int = 4, progress: Progress = SILENT) -> LockReport:
     if not names:
         raise InputError("name a target or pass --all", hint="see `imgbuild list`")
     refs = [r for n in names for r in ws.platform_refs(n)]  # one lock per platform
@@ -86,7 +87,8 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
         # A directory that cannot take the lock is said now, not after minutes of resolving.
         check_writable(ws.lockfiles, "lockfiles to")
         for ref, (lock, written, err) in zip(refs, lock_many(
-                [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs)):
+                [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs,
+                note=progress.note)):
             if err is None:
                 err = _kernel_record(ws, ref, lock)
             entries.append(LockEntry(ref.name, str(ref.lock_path), error=err) if err else

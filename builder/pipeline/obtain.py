@@ -41,7 +41,8 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             progress.note(f"{plan.ref()} is already here: nothing to build")
             return Built("local", img.id, img.attrs.get("Size", 0))
         if repo.host and (digest := registry.manifest_digest(repo, plan.content_tag)):
-            registry.pull(client, plan.ref(), digest)  # by digest: checked by the Engine
+            # By digest: checked by the Engine.
+            registry.pull(client, plan.ref(), digest, progress)
             img = client.images.get(plan.ref())
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)

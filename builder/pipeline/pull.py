@@ -10,6 +10,7 @@ from ..image.base import host_platform
 from ..plan.decide import make_plan
 from ..plan.index import IndexPlan, make_index_plan
 from ..plan.plan import Plan
+from ..progress import SILENT, Progress
 from ..workspace import Workspace
 
 
@@ -37,7 +38,7 @@ class PullOutcome:
 
 def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name: str,
                 archs: tuple[str, ...] | None = None, flavor: str | None = None,
-                platform: str | None = None) -> PullOutcome:
+                platform: str | None = None, progress: Progress = SILENT) -> PullOutcome:
     """Pull by content tag; the pulled digest must be the registry's. The moving tags are set
     locally only when the registry stores a passing (or forced) smoke report for it.
 
@@ -64,7 +65,7 @@ def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name:
                         facts=[f"content tag {plan.content_tag} is not in the registry"],
                         hint=f"build and push it: `imgbuild {target} --push --registry "
                              f"{repo.name}`")
-    got = registry.pull(client, plan.ref(), want)
+    got = registry.pull(client, plan.ref(), want, progress)
     if got != want:
         raise JobFailed(f"pulled {plan.ref()} by digest {got}, but the registry holds {want}",
                         hint="the tag moved during the pull; pull again")

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from ...image import base, digests
-from ...progress import SILENT
 from ..args import workspace
 from ..views import image as views
 
@@ -13,6 +12,6 @@ def run(args, out) -> int:
         return 0
     res = base.bootstrap_base(ws, args.base, registry=args.registry, rebuild=args.rebuild,
                               record=args.record, cpu_arch=args.cpu_arch,
-                              progress=SILENT if out.json else out.progress())
+                              progress=out.progress())
     views.base(out, args.base, res)
     return 0

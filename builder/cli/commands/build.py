@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...pipeline.build import BuildOptions, MultiOutcome, build_target
-from ...progress import SILENT
 from ..args import archs, platforms, workspace
 from ..views import image as views
 
@@ -16,7 +15,7 @@ def run(args, out) -> int:
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
                         no_cache=args.no_cache, resmoke=args.resmoke,
                         log_dir=Path(args.log_dir) if args.log_dir else None)
-    outcome = build_target(ws, opts, SILENT if out.json else out.progress())
+    outcome = build_target(ws, opts, out.progress())
     if isinstance(outcome, MultiOutcome):
         views.build_index(out, outcome)
     else:

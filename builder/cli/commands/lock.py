@@ -8,6 +8,7 @@ from ..views import plan as views
 def run(args, out) -> int:
     ws = workspace(args)
     names = list(ws.catalog.targets) if args.all else args.targets
-    report = lock_targets(ws, names, check=args.check, refresh=args.refresh, jobs=args.jobs)
+    report = lock_targets(ws, names, check=args.check, refresh=args.refresh, jobs=args.jobs,
+                          progress=out.progress())
     views.lock(out, report)
     return report.exit_code

@@ -14,6 +14,6 @@ def run(args, out) -> int:
                          hint="the Engine holds one image per tag: pull each platform on its own")
     outcome = pull_target(ws, args.target, model=args.model, registry_name=args.registry,
                           archs=archs(args, ws), flavor=args.flavor,
-                          platform=asked[0] if asked else None)
+                          platform=asked[0] if asked else None, progress=out.progress())
     views.pull(out, outcome)
     return 0

@@ -1,0 +1,167 @@
+"""Progress a person can watch: real pushes and pulls through a real registry, their events
+counted against the registry's own manifest; the plain and JSON modes of the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+
+import pytest
+from rich.console import Console
+
+from builder.cli.console import JsonProgress, PlainProgress, RichProgress
+from builder.image import registry
+from builder.image.registry import MANIFEST_TYPES, Repository
+from builder.progress import Transfer
+
+from .conftest import run_imgbuild
+from .registries import Registry
+
+
+@pytest.fixture()
+def private_registry(docker_client, tmp_path):
+    reg = Registry(tmp_path / "reg").start()
+    yield reg
+    reg.stop()
+
+
+def unique_image(client, tmp_path, ref: str) -> str:
+    """A small image of its own: the base the tests share, and two layers of random bytes
+    nothing else holds (so a pull must fetch them, and the base's layer is there already)."""
+    d = tmp_path / "ctx"
+    d.mkdir()
+    (d / "a").write_bytes(os.urandom(3_000_000))
+    (d / "b").write_bytes(os.urandom(1_000_000))
+    base = client.images.list(name="imgbuild-base")
+    if not base:
+        pytest.skip("skipped: no imgbuild-base image here (make demo bootstraps it)")
+    (d / "Dockerfile").write_text(f"FROM {base[0].tags[0]}\nCOPY a /a\nCOPY b /b\n")
+    client.images.build(path=str(d), tag=ref, rm=True)
+    return ref
+
+
+def layer_sizes(reg: Registry, repo: str, tag: str) -> list[tuple[str, int]]:
+    r = Repository.parse(f"{reg.host}/{repo}")
+    m = r.api.request("GET", f"{r.path}/manifests/{tag}", scope=r.scope("pull"),
+                      headers={"Accept": MANIFEST_TYPES}).json()
+    return [(la["digest"], la["size"]) for la in m["layers"]]
+
+
+def events(stream: io.StringIO) -> list[dict]:
+    return [json.loads(ln) for ln in stream.getvalue().splitlines()]
+
+
+def test_push_then_pull_events_add_up_to_the_manifest(docker_client, private_registry,
+                                                      tmp_path):
+    repo = f"progress-{uuid.uuid4().hex[:8]}"
+    ref = unique_image(docker_client, tmp_path, f"{private_registry.host}/{repo}:one")
+    out = io.StringIO()
+    digest = registry.push(docker_client, ref, JsonProgress(out))
+    pushed = events(out)
+    [done] = [e for e in pushed if e["event"] == "transfer-done"]
+    sizes = layer_sizes(private_registry, repo, "one")
+    assert done["kind"] == "push" and done["layers"] == len(sizes) == 3
+    assert done["layers_done"] == 3 and done["layers_existing"] == 0
+    # A push counts the layers as the Engine reads them (tar, before gzip): at least the
+    # random bytes, which do not compress.
+    assert done["bytes"] >= 4_000_000
+    # The same image under a second tag: every layer is there already, said once each, and
+    # nothing is counted as traffic.
+    docker_client.images.get(ref).tag(f"{private_registry.host}/{repo}", "two")
+    out2 = io.StringIO()
+    assert registry.push(docker_client, f"{private_registry.host}/{repo}:two",
+                         JsonProgress(out2)) == digest
+    again = events(out2)
+    assert [e["state"] for e in again if e["event"] == "layer"] == ["exists"] * 3
+    [done2] = [e for e in again if e["event"] == "transfer-done"]
+    assert done2["bytes"] == 0 and done2["layers_existing"] == 3
+
+    # Pulled back from cold: the two layers of its own are fetched, compressed bytes equal to
+    # what the manifest lists for them; the base's layer is there already, said so once.
+    for tag in docker_client.images.get(ref).tags:
+        docker_client.images.remove(tag)
+    out3 = io.StringIO()
+    registry.pull(docker_client, ref, digest, JsonProgress(out3))
+    pulled = events(out3)
+    [done3] = [e for e in pulled if e["event"] == "transfer-done"]
+    layer_events = [e for e in pulled if e["event"] == "layer"]
+    exists = [e["layer"] for e in layer_events if e["state"] == "exists"]
+    assert len(exists) == len(set(exists)) == 1
+    fetched = {d[7:19]: s for d, s in sizes if d[7:19] not in exists}
+    assert len(fetched) == 2
+    assert done3["bytes"] == done3["total_bytes"] == sum(fetched.values())
+    assert done3["unpacked_bytes"] == sum(fetched.values())
+    assert {e["layer"]: e["bytes"] for e in layer_events if e["state"] == "done"} == fetched
+
+
+def test_plain_mode_says_existing_layers_once_and_the_totals(docker_client, private_registry,
+                                                            tmp_path):
+    repo = f"progress-{uuid.uuid4().hex[:8]}"
+    ref = unique_image(docker_client, tmp_path, f"{private_registry.host}/{repo}:one")
+    registry.push(docker_client, ref)
+    docker_client.images.remove(ref)
+    console = Console(file=io.StringIO(), width=200, force_terminal=False)
+    plain = PlainProgress(console)
+    plain.INTERVAL = 0.0  # every change a line, so that the test sees the totals lines
+    registry.pull(docker_client, ref, None, plain)
+    lines = console.file.getvalue().splitlines()
+    assert lines[0] == f"pull {ref} ..."
+    assert sum("already here, not fetched" in ln for ln in lines) == 1
+    assert any(" of " in ln and "layers done" in ln for ln in lines)
+    assert lines[-1].startswith(f"pulled {ref}: ") and "2 layer(s) moved, 1 already there" \
+        in lines[-1]
+    assert not any("\x1b[" in ln for ln in lines)  # no terminal codes in a log
+
+
+def test_the_terminal_display_shows_bars_then_one_line():
+    # A terminal of its own (rich records what it drew): bars while it runs, and the line
+    # that stays.
+    console = Console(file=io.StringIO(), width=120, force_terminal=True, record=True)
+    tty = RichProgress(console)
+    with tty.transfer("pull", "r/x:1") as t:
+        t.feed({"id": "aaa", "status": "Already exists"})
+        t.feed({"id": "bbb", "status": "Downloading",
+                "progressDetail": {"current": 500, "total": 1000}})
+        t.feed({"id": "bbb", "status": "Pull complete"})
+    text = console.export_text()
+    assert "pulled r/x:1: 1.0 kB" in text and "1 already there" in text
+
+
+def test_a_transfer_counts_from_the_engines_words():
+    t = Transfer("pull", "r/x:1")
+    t.feed({"status": "Pulling from r/x", "id": "1"})  # the tag, not a layer
+    for lid in ("a", "b"):
+        t.feed({"id": lid, "status": "Pulling fs layer", "progressDetail": {}})
+    t.feed({"id": "c", "status": "Already exists", "progressDetail": {}})
+    t.feed({"id": "a", "status": "Downloading", "progressDetail": {"current": 10, "total": 100}})
+    assert (t.done_bytes, t.total_bytes, t.existing) == (10, 100, 1)
+    t.feed({"id": "b", "status": "Downloading", "progressDetail": {"current": 5, "total": 50}})
+    t.feed({"id": "a", "status": "Download complete", "progressDetail": {}})
+    assert (t.done_bytes, t.total_bytes, t.finished) == (105, 150, 0)
+    t.feed({"id": "a", "status": "Extracting", "progressDetail": {"current": 40, "total": 100}})
+    assert t.unpacked_bytes == 40
+    t.feed({"id": "a", "status": "Pull complete", "progressDetail": {}})
+    t.feed({"id": "b", "status": "Download complete", "progressDetail": {}})
+    t.feed({"id": "b", "status": "Pull complete", "progressDetail": {}})
+    assert (t.done_bytes, t.total_bytes, t.finished, t.unpacked_bytes) == (150, 150, 2, 150)
+    assert len(t.layers) == 3
+
+
+def test_the_cli_json_mode_keeps_stdout_for_the_report(docker_client, private_registry):
+    repo = f"{private_registry.host}/imgbuild"
+    r = run_imgbuild("tiny-cpu", "--push", "--registry", repo, "--no-smoke", "--json",
+                     "--progress", "json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)  # stdout: the report alone
+    assert report["content_tag"]
+    got = [json.loads(ln) for ln in r.stderr.splitlines() if ln.strip()]  # stderr: events only
+    done = [e for e in got if e["event"] == "transfer-done" and e["kind"] == "push"]
+    assert done and done[0]["bytes"] > 0 and done[0]["layers_done"] > 0
+    # pull in plain mode: the image is here, so every layer is there already, said once.
+    p = run_imgbuild("pull", "tiny-cpu", "--registry", repo, "--progress", "plain")
+    assert p.returncode == 0, p.stderr[-2000:]
+    said = p.stderr.splitlines()
+    assert sum("already here, not fetched" in ln for ln in said) <= 1
+    assert any(ln.startswith("pulled ") for ln in said)
