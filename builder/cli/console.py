@@ -91,7 +91,8 @@ class _Elapsed:
 
     def __rich__(self) -> str:
         took = human_seconds(time.monotonic() - self.since)
-        return f"{escape(self.text)} [dim]({took}{'; ' + escape(self.detail) if self.detail else ''})[/]"
+        detail = f"; {escape(self.detail)}" if self.detail else ""
+        return f"{escape(self.text)} [dim]({took}{detail})[/]"
 
 
 class RichProgress:

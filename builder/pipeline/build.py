@@ -240,7 +240,9 @@ def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smo
             progress.note(f"smoke test not run again: {plan.ref()} passed it before "
                           f"({report.reused}); --resmoke runs it")
         else:
-            report = smoke.run(plan.ref())
+            with progress.status(f"smoke-testing {plan.ref()} in a container with no network "
+                                 f"(versions, patches, kernels, the smoke model)"):
+                report = smoke.run(plan.ref())
     if report is None:
         held = "no smoke test ran (--no-smoke)" if plan.smoke_model else \
             "the target has no smoke model"

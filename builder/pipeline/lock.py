@@ -90,21 +90,22 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
                 [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs,
                 note=progress.note)):
             if err is None:
-                err = _kernel_record(ws, ref, lock)
+                err = _kernel_record(ws, ref, lock, progress)
             entries.append(LockEntry(ref.name, str(ref.lock_path), error=err) if err else
                            LockEntry(ref.name, str(lock.path), written, len(lock.packages),
                                      lock.digest))
     return LockReport(check, tuple(_with_overrides(ws, ref, e) for ref, e in zip(refs, entries)))
 
 
-def _kernel_record(ws: Workspace, ref: TargetRef, lock) -> ImgbuildError | None:
+def _kernel_record(ws: Workspace, ref: TargetRef, lock,
+                   progress: Progress = SILENT) -> ImgbuildError | None:
     """The lock's kernel coverage record (lockfiles/<lock>.kernels.json), read from its wheels
     when the lock is new or the rules changed: committed with the lock, what `plan` judges."""
     rules = coverage.rules_for(ws, ref.target)
     if rules is None:
         return None
     try:
-        coverage.ensure_record(ref, lock, rules)
+        coverage.ensure_record(ref, lock, rules, note=progress.note)
     except ImgbuildError as e:
         return e
     return None

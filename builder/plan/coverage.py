@@ -9,6 +9,7 @@ committed next to the lock; this module only judges that record against the rule
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..catalog.kernels import EngineKernels, KernelRule
@@ -140,7 +141,8 @@ def rules_for(ws: Workspace, target: Target,
 
 
 def ensure_record(ref: TargetRef, lock: Lockfile, rules: EngineKernels, *,
-                  write: bool = True) -> tuple[dict, bool]:
+                  write: bool = True,
+                  note: Callable[[str], None] = lambda _m: None) -> tuple[dict, bool]:
     """The committed record for this lock and these rules; read from the wheels (network,
     cached by wheel hash) when it is missing or stale. Returns (record, read_now)."""
     path = kernels.record_path(ref.lock_path)
@@ -149,6 +151,9 @@ def ensure_record(ref: TargetRef, lock: Lockfile, rules: EngineKernels, *,
     if doc is not None:
         return doc, False
     req = ref.request
+    packages = ", ".join(r.package for r in rules.rules)
+    note(f"reading the GPU code in {ref.name}'s locked wheels ({packages}): ranged reads, "
+         f"cached by wheel hash ...")
     doc, _ = kernels.make_record(
         lock, [(r.package, r.files) for r in rules.rules], digest,
         index_urls=wheels.index_urls(req.extra_index_urls), python=req.python,
