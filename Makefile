@@ -19,7 +19,7 @@ endif
 
 IMGBUILD := .venv/bin/imgbuild
 
-.PHONY: setup services venv demo test test-slow dev-lock lint clean golden
+.PHONY: setup services venv demo test test-slow dev-lock lint clean golden mutation
 setup: services venv
 
 services:
@@ -50,6 +50,11 @@ test: setup
 
 test-slow: setup
 	.venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+# Mutation testing of the core, one module at a time (minutes each; not part of `make test`):
+# bench/results/mutation.json. MODULES="builder/plan/key.py ..." picks some.
+mutation: venv
+	.venv/bin/python bench/mutation.py $(MODULES)
 
 clean:
 	rm -rf .venv .pytest_cache

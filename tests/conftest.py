@@ -130,3 +130,10 @@ def plain_install(tmp_path_factory) -> Path:
                           capture_output=True, text=True, cwd="/").stdout.strip()
     assert site and not site.startswith(str(ROOT)), site  # the copy in site-packages
     return venv
+
+
+def pytest_collection_finish(session) -> None:
+    """`make test-slow` (-m slow) that collects nothing passes while testing nothing: fail it."""
+    expr = (session.config.option.markexpr or "").strip()
+    if expr == "slow" and not session.items:
+        raise pytest.UsageError("the slow group (-m slow) collected no test: a marker was lost")
