@@ -33,7 +33,8 @@ MUTMUT = str(ROOT / ".venv" / "bin" / "mutmut")
 # module -> the tests that exercise it without Docker, PyPI or gigabytes
 MODULES: dict[str, list[str]] = {
     "builder/plan/key.py": ["tests/test_content_key.py", "tests/test_plan_render.py"],
-    "builder/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py"],
+    "builder/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py",
+                                  "tests/test_conflicts_text.py"],
     "builder/checks/drift.py": ["tests/test_drift.py", "tests/test_survivors.py",
                                 "tests/test_offline_twins.py"],
     "builder/checks/checkmodel/names.py": ["tests/test_checkmodel.py"],
@@ -97,9 +98,15 @@ def main() -> None:
     for module in args.modules or list(MODULES):
         print(f"mutation: {module} ...", file=sys.stderr, flush=True)
         res = run_module(module, MODULES.get(module, ["tests"]))
-        doc["modules"][module] = res | {"commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-            text=True).stdout.strip()}
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+        earlier = doc["modules"].get(module)
+        if earlier and earlier.get("commit") != commit and "score" in earlier:
+            # The first run on another commit stays as "before": what the tests added since
+            # then killed is the difference.
+            res["before"] = earlier.get("before") or {k: earlier[k] for k in
+                                                      ("commit", "score", "counts")}
+        doc["modules"][module] = res | {"commit": commit}
         print(f"mutation: {module}: score {res.get('score')} {res.get('counts')} "
               f"in {res.get('seconds')} s", file=sys.stderr, flush=True)
         doc["machine"] = machine()
