@@ -25,6 +25,11 @@ def private_registry(docker_client, tmp_path):
     reg = Registry(tmp_path / "reg").start()
     yield reg
     reg.stop()
+    # The images tagged for it go with it (their layers are the base's and random bytes).
+    for img in docker_client.images.list():
+        for tag in img.tags:
+            if tag.startswith(reg.host + "/"):
+                docker_client.images.remove(tag, noprune=False)
 
 
 def unique_image(client, tmp_path, ref: str) -> str:
