@@ -74,8 +74,12 @@ class Output:
 
 
 def make_output(as_json: bool, progress_mode: str = "auto") -> Output:
-    return Output(as_json, Console(highlight=False), Console(stderr=True, highlight=False),
-                  progress_mode)
+    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    for c in (out, err):
+        # In a log or a pipe a line is not folded at 80 columns: a path or a message that
+        # someone greps for stays on one line.
+        c.soft_wrap = not c.is_terminal
+    return Output(as_json, out, err, progress_mode)
 
 
 class _Elapsed:
