@@ -27,11 +27,13 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
         raise
 
 
-def cannot_write(path: Path, err: OSError, what: str) -> EnvError:
+def cannot_write(path: Path, err: OSError, what: str, *, scratch: bool = False) -> EnvError:
     """A write the machine refused (read-only, full, no permission), as the one error a user
-    sees: the file, the reason, and that nothing there changed."""
+    sees: the file, the reason, and that nothing there changed (or, for a scratch directory,
+    that it is gone)."""
     return EnvError(f"cannot write {what} {path}: {err.strerror or err}",
-                    facts=[f"{path} is as it was before this command"],
+                    facts=[f"{path} is removed" if scratch else
+                           f"{path} is as it was before this command"],
                     hint="make the directory writable or free space on its disk, then run the "
                          "command again")
 

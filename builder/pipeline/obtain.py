@@ -73,7 +73,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
             carried = prepare_context(plan, lock, ctx, wheels=ws.wheels,
                                       smoke_model_dir=smoke_dir, patches=ws.patches)
         except OSError as e:  # a full or read-only TMPDIR: the scratch context goes with `with`
-            raise cannot_write(ctx, e, "the build context") from None
+            raise cannot_write(ctx, e, "the build context", scratch=True) from None
         flags = index_flags(plan, bool(carried))
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
