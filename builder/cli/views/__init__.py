@@ -41,6 +41,16 @@ def table(console: Console, title: str, columns: list[str], rows: list[list[str]
 
 
 def kv(console: Console, title: str, pairs: list[tuple[str, str]]) -> None:
+    """Key and value under a title. Elsewhere than a terminal: a line a pair (a value of
+    several lines goes on under its key), nothing cut: digests and tags are copied from it."""
+    if not console.is_terminal:
+        width = max((len(k) for k, _ in pairs), default=0)
+        console.out(title, highlight=False)
+        for k, v in pairs:
+            for i, line in enumerate(str(v).splitlines() or [""]):
+                console.out(f"{(k if i == 0 else ''):<{width}}  {line}".rstrip(),
+                            highlight=False)
+        return
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
