@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from dataclasses import dataclass
 from functools import cache
 
@@ -77,6 +78,18 @@ def run_cli(args: list[str], *, cleanup: bool = False, **kw) -> subprocess.Compl
     if d.buildkit_env:
         env["DOCKER_BUILDKIT"] = "1"
     return subprocess.run([d.path, *args], env=env, **kw)
+
+
+def run_container(prefix: str, args: list[str], **kw) -> subprocess.CompletedProcess:
+    """`docker run --rm --name PREFIX-<random> ARGS`. Named, so that it is removed when this
+    process is stopped, interrupted or times out: ending the docker client does not end the
+    container it started. Whatever ends the run is raised again (TimeoutExpired included)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    try:
+        return run_cli(["run", "--rm", "--name", name, *args], **kw)
+    except BaseException:
+        run_cli(["rm", "-f", name], capture_output=True, cleanup=True)
+        raise
 
 
 def local_image(client, ref: str):

@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +14,7 @@ from ..errors import InputError
 from ..fsutil import atomic_write_text
 from ..lock.wheels import cache_root
 from ..plan import render
-from .daemon import run_cli
+from .daemon import run_cli, run_container
 
 CACHE_FORMAT = 1
 GPU_STAGE = "gpu-engine"
@@ -62,20 +61,14 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
             "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, "--json"]
     if engine in ("sglang", "vllm", "transformers"):
         args += ["--engine", engine]
-    # Named, so that it can be removed when this process is stopped or times out: ending the
-    # docker client does not end the container it started.
-    name = f"imgbuild-smoke-{uuid.uuid4().hex[:12]}"
     try:
         # --entrypoint: the smoke test checks the image, not this host (that is preflight's job).
-        proc = run_cli(["run", "--rm", "--name", name, "--network", "none", *gpus,
-                        "--entrypoint", "python", image, f"{render.ASSETS}/smoke.py", *args],
-                       capture_output=True, text=True, timeout=timeout)
+        proc = run_container("imgbuild-smoke", ["--network", "none", *gpus, "--entrypoint",
+                                                "python", image, f"{render.ASSETS}/smoke.py",
+                                                *args],
+                             capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        run_cli(["rm", "-f", name], capture_output=True, cleanup=True)
         return _failed(image, start, f"timed out after {timeout} s")
-    except BaseException:
-        run_cli(["rm", "-f", name], capture_output=True, cleanup=True)
-        raise
     secs = time.monotonic() - start
     try:
         raw = json.loads(proc.stdout[proc.stdout.index("{"):])

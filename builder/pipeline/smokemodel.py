@@ -18,7 +18,6 @@ import subprocess
 import tarfile
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from .. import smokemodel
@@ -135,20 +134,15 @@ def _generate(ws: Workspace, alias: str, key: str, client, repo: registry.Reposi
     out = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         out.chmod(0o777)  # the generator may run as another user than this process
-        # Named, so that it is removed when this process is stopped or times out: ending the
-        # docker client does not end its container.
-        name = f"imgbuild-smokegen-{uuid.uuid4().hex[:12]}"
-        cmd = daemon.cli_command([
-            "run", "--rm", "--name", name, "--network", "none", "-v", f"{out}:/out", "--entrypoint", "python",
-            gen.ref(), f"{ASSETS}/smokegen.py", "/out/model", "--name", spec.name,
-            "--scheme", spec.scheme, "--seed", str(spec.seed), "--key", key])
+        run = ["--network", "none", "-v", f"{out}:/out", "--entrypoint", "python", gen.ref(),
+               f"{ASSETS}/smokegen.py", "/out/model", "--name", spec.name, "--scheme",
+               spec.scheme, "--seed", str(spec.seed), "--key", key]
+        cmd = daemon.cli_command(["run", "--rm", *run])  # as a person would run it by hand
         with progress.status(f"making smoke model {spec.name} in {gen.ref()}"):
             try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT)
-            except BaseException as e:
-                daemon.run_cli(["rm", "-f", name], capture_output=True, cleanup=True)
-                if not isinstance(e, subprocess.TimeoutExpired):
-                    raise
+                r = daemon.run_container("imgbuild-smokegen", run, capture_output=True,
+                                         text=True, timeout=GENERATE_TIMEOUT)
+            except subprocess.TimeoutExpired:
                 raise JobFailed(f"the smoke-model generator ran over {GENERATE_TIMEOUT} s",
                                 hint=f"run it by hand to see why: {' '.join(cmd)}") from None
         if r.returncode != 0:
