@@ -12,6 +12,11 @@ cost a build each): the modules whose deciding code is there (the smoke gate in
 pipeline/build.py, the registry client) are measured by the tests that run without them.
 Results: bench/results/mutation.json (score per module, survivors with their diffs), merged
 with earlier runs so that a module run alone keeps the others' record.
+
+A survivor a person has judged is explained in bench/mutation-explained.yaml (by its function
+and its diff, which survive renumbering): `equivalent` (no input tells it from the code) or
+`harmless` (with why). Each survivor in the record carries its explanation or none, and the
+module's `unexplained` count is what is left to judge or to kill.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ import json
 import subprocess
 import sys
 import tempfile
+import re
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,9 +52,49 @@ MODULES: dict[str, list[str]] = {
     "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py"],
     "builder/payload/patcher.py": ["tests/test_patches.py"],
 }
+EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
+KINDS = ("equivalent", "harmless")
 DESELECT = "not live and not slow and not docker"
 ALSO_COPY = ["images", "lockfiles", "tests", "requirements", "README.md", "Makefile",
              "scripts", ".github", "bench"]
+
+
+def function_of(mutant: str) -> str:
+    """`builder.x.y.x_name__mutmut_12` -> `name`; methods (`xǁClassǁname`) -> `Class.name`."""
+    last = re.sub(r"__mutmut_\d+$", "", mutant.rsplit(".", 1)[-1])
+    return last[1:].replace("ǁ", ".").strip(".") if last.startswith("x") else last
+
+
+def _key(function: str, diff: list[str]) -> tuple[str, tuple[str, ...]]:
+    return function, tuple(" ".join(ln.split()) for ln in diff)
+
+
+def load_explained(path: Path = EXPLAINED) -> dict[str, dict]:
+    """module -> {(function, diff): {kind, why}}; a malformed entry stops the run, named."""
+    if not path.exists():
+        return {}
+    doc = yaml.safe_load(path.read_text()) or {}
+    out: dict[str, dict] = {}
+    for module, entries in doc.items():
+        for i, e in enumerate(entries or []):
+            where = f"{path.name}: {module}[{i}]"
+            if not isinstance(e, dict) or set(e) != {"function", "diff", "kind", "why"}:
+                raise SystemExit(f"{where}: needs exactly function, diff, kind, why")
+            if e["kind"] not in KINDS or not str(e["why"]).strip():
+                raise SystemExit(f"{where}: kind is one of {KINDS}, and why says why")
+            out.setdefault(module, {})[_key(e["function"], e["diff"])] = {
+                "kind": e["kind"], "why": " ".join(str(e["why"]).split())}
+    return out
+
+
+def explain(module: str, survivors: list[dict], explained: dict[str, dict]) -> int:
+    """Attach each survivor's explanation; returns how many have none."""
+    known = explained.get(module, {})
+    left = 0
+    for s in survivors:
+        s["explained"] = known.get(_key(function_of(s["mutant"]), s["diff"]))
+        left += s["explained"] is None
+    return left
 
 
 def run_module(module: str, tests: list[str]) -> dict:
@@ -92,9 +140,20 @@ def run_module(module: str, tests: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("modules", nargs="*", help="default: every module in MODULES")
+    ap.add_argument("--explain-only", action="store_true",
+                    help="re-read mutation-explained.yaml into the record; run nothing")
     args = ap.parse_args()
     out = ROOT / "bench" / "results" / "mutation.json"
     doc = json.loads(out.read_text()) if out.exists() else {"modules": {}}
+    explained = load_explained()  # a malformed file stops here, before minutes of mutants
+    if args.explain_only:
+        for module, res in doc["modules"].items():
+            if "survivors" in res:
+                res["unexplained"] = explain(module, res["survivors"], explained)
+                print(f"{module}: {len(res['survivors'])} survivors, "
+                      f"{res['unexplained']} unexplained", file=sys.stderr)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        return
     for module in args.modules or list(MODULES):
         print(f"mutation: {module} ...", file=sys.stderr, flush=True)
         res = run_module(module, MODULES.get(module, ["tests"]))
@@ -106,9 +165,12 @@ def main() -> None:
             # then killed is the difference.
             res["before"] = earlier.get("before") or {k: earlier[k] for k in
                                                       ("commit", "score", "counts")}
+        if "survivors" in res:
+            res["unexplained"] = explain(module, res["survivors"], load_explained())
         doc["modules"][module] = res | {"commit": commit}
         print(f"mutation: {module}: score {res.get('score')} {res.get('counts')} "
-              f"in {res.get('seconds')} s", file=sys.stderr, flush=True)
+              f"({res.get('unexplained')} survivors unexplained) in {res.get('seconds')} s",
+              file=sys.stderr, flush=True)
         doc["machine"] = machine()
         mods = [m for m in doc["modules"].values() if "counts" in m]
         killed = sum(m["counts"].get("killed", 0) + m["counts"].get("timeout", 0) for m in mods)
