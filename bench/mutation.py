@@ -62,7 +62,9 @@ ALSO_COPY = ["images", "lockfiles", "tests", "requirements", "README.md", "Makef
 def function_of(mutant: str) -> str:
     """`builder.x.y.x_name__mutmut_12` -> `name`; methods (`xǁClassǁname`) -> `Class.name`."""
     last = re.sub(r"__mutmut_\d+$", "", mutant.rsplit(".", 1)[-1])
-    return last[1:].replace("ǁ", ".").strip(".") if last.startswith("x") else last
+    if last.startswith("xǁ"):
+        return last[1:].replace("ǁ", ".").strip(".")
+    return last[2:] if last.startswith("x_") else last
 
 
 def _key(function: str, diff: list[str]) -> tuple[str, tuple[str, ...]]:
