@@ -49,8 +49,9 @@ MODULES: dict[str, list[str]] = {
     "builder/checks/checkmodel/ignore.py": ["tests/test_checkmodel.py",
                                             "tests/test_survivors.py"],
     "builder/checks/checkmodel/fix.py": ["tests/test_checkmodel.py", "tests/test_survivors.py"],
-    "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py"],
-    "builder/payload/patcher.py": ["tests/test_patches.py"],
+    "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py",
+                                 "tests/test_patcher_behaviour.py"],
+    "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py"],
 }
 EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
 KINDS = ("equivalent", "harmless")

@@ -181,10 +181,14 @@ def parse_diff(text: str) -> list[FileDiff]:
                     h.new.append(rest)
                     n_new += 1
                     last = [h.new]
-                elif tag == "\\":
+                elif tag == "\\" and last:
+                    # "\ No newline at end of file" between the sides (GNU diff writes it
+                    # after the old side's last line when only the new side gains one).
                     for side in last:
                         side[-1] = side[-1].rstrip("\r\n")
                     h.body[-1] = (h.body[-1][0], h.body[-1][1].rstrip("\r\n"))
+                    i += 1
+                    continue
                 if tag in " -+":
                     h.body.append((tag, rest))
                 else:
@@ -405,7 +409,9 @@ def version_in(version: str, spec: str) -> bool:
         else:
             w = _parse_version(want)
             if op == "~=":
-                parts = [int(x) for x in want.split("+")[0].split(".")[:-1]]
+                # The prefix is the release segment without its last number; a pre-, post- or
+                # dev-release suffix only raises the floor (~=1.4rc1 is >=1.4rc1, ==1.*).
+                parts = [int(x) for x in _VER.match(want).group(1).split(".")][:-1]
                 if len(parts) < 1:
                     raise ValueError(f"~= needs at least two release numbers: {clause!r}")
                 full = list(v.release) + [0] * max(0, len(parts) - len(v.release))
@@ -419,12 +425,15 @@ def version_in(version: str, spec: str) -> bool:
             elif op == "<=":
                 ok = v.key <= w.key
             elif op == "<":
-                ok = v.key < w.key and not (
-                    w.pre is None and w.dev is None and v.release == w.release
-                    and (v.pre is not None or v.dev is not None))
-            else:  # ">"
-                ok = v.key > w.key and not (w.post is None and v.release == w.release
-                                            and v.pre == w.pre and v.post is not None)
+                # <V is <V.dev0 unless V is a pre- or dev-release: <1.0 admits no 1.0rc1,
+                # <1.0.post1 admits 1.0rc1 but no 1.0.post1.dev1 (as packaging reads PEP 440).
+                floor = w if w.pre is not None or w.dev is not None else _V(w.release, None,
+                                                                            w.post, 0)
+                ok = v.key < floor.key
+            else:  # ">": >V admits no post-release of V unless V is a post- or dev-release
+                ok = v.key > w.key and not (w.post is None and w.dev is None
+                                            and v.release == w.release and v.pre == w.pre
+                                            and v.post is not None)
         if not ok:
             return False
     return True
@@ -669,7 +678,7 @@ def read_report(path: Path | None) -> dict[str, dict]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         return {p["id"]: p for p in doc.get("patches", [])}
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # not a report: none
         return {}
 
 
@@ -781,14 +790,16 @@ def run_probe(doc: dict, site: Path) -> tuple[bool, str]:
          "version": dist.version if dist else None}
     try:
         exec(compile(doc.get("probe") or "", f"<probe {doc['id']}>", "exec", dont_inherit=True), g)
-    except AssertionError as e:
-        return False, f"assertion failed: {e}" if str(e) else "assertion failed: " + \
-            traceback.format_exc(limit=-1).strip().splitlines()[-2].strip()
     except Exception as e:  # noqa: BLE001 - any failure of a probe is its result
         tb = traceback.extract_tb(e.__traceback__)
-        where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<probe")),
-                     "")
-        return False, f"{type(e).__name__}: {e}" + (f" ({where})" if where else "")
+        line = next((f.lineno for f in reversed(tb) if f.filename.startswith("<probe")), None)
+        where = f" (line {line})" if line else ""
+        if isinstance(e, AssertionError):
+            # A bare assert says nothing: show its own line (a probe has no file to show it).
+            src = (doc.get("probe") or "").splitlines()
+            said = str(e) or (src[line - 1].strip() if line and line <= len(src) else "")
+            return False, f"assertion failed: {said}{where}"
+        return False, f"{type(e).__name__}: {e}{where}"
     return True, "passed"
 
 
