@@ -128,8 +128,10 @@ def run_module(module: str, tests: list[str]) -> dict:
             if s == "survived":
                 diff = subprocess.run([MUTMUT, "show", name], cwd=tree, capture_output=True,
                                       text=True).stdout
-                survivors.append({"mutant": name, "diff": [ln for ln in diff.splitlines()
-                                                           if ln.startswith(("-  ", "+  "))]})
+                # The changed lines, a signature's too (a default argument's mutant).
+                survivors.append({"mutant": name, "diff": [
+                    ln for ln in diff.splitlines() if ln[:1] in "-+" and ln[:3] not in
+                    ("---", "+++")]})
         counts: dict[str, int] = {}
         for s in status.values():
             counts[s] = counts.get(s, 0) + 1

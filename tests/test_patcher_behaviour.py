@@ -804,6 +804,7 @@ def test_the_patch_layer_digest_is_stable_and_frames_each_file():
     assert patchset.probe_command("/v/bin/python") == [
         "/v/bin/python", "/opt/imgbuild/patcher.py", "--probe", "--patches",
         "/opt/imgbuild/patches", "--report", "/opt/imgbuild/patches.json"]
+    assert patchset.probe_command()[:2] == ["python", "/opt/imgbuild/patcher.py"]
     assert patchset.apply_command() == (
         "python /opt/imgbuild/patcher.py --patches /opt/imgbuild/patches "
         "--report /opt/imgbuild/patches.json")
