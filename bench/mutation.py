@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
-import re
 import time
 from pathlib import Path
 

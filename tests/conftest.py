@@ -137,3 +137,15 @@ def pytest_collection_finish(session) -> None:
     expr = (session.config.option.markexpr or "").strip()
     if expr == "slow" and not session.items:
         raise pytest.UsageError("the slow group (-m slow) collected no test: a marker was lost")
+
+
+# Reports a test wants printed after the run whether it passed or not (the doctor corpus's
+# precision and recall): test modules append (title, lines) here.
+SUMMARIES: list[tuple[str, list[str]]] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for title, lines in SUMMARIES:
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -92,10 +92,32 @@ class Source:
 
 @dataclass(frozen=True)
 class LogPrefix:
-    """How an engine starts its log lines; groups named rank... give the TP rank."""
+    """How an engine starts its log lines; groups named rank... give the TP rank. A prefix
+    that only one engine writes names it (`engine`): the log is that engine's."""
 
     name: str
     regex: re.Pattern[str]
+    engine: str | None = None
+
+
+@dataclass(frozen=True)
+class Sign:
+    """A line that shows which engine wrote a log (a traceback frame in its package, its
+    banner); `version` captured where the line says it. Heavier signs outvote lighter ones:
+    an engine's entry point outweighs a frame of a library it imports."""
+
+    regex: re.Pattern[str]
+    contains: str
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A serving engine doctor can tell from its log: its name (as in applies_to) and signs."""
+
+    name: str
+    title: str  # as people write it: "SGLang", "vLLM"
+    signs: tuple[Sign, ...]
 
 
 @dataclass(frozen=True)
@@ -111,9 +133,12 @@ class Fingerprint:
     dedupe_by: tuple[str, ...] | None = None  # None: all captures
     supersedes: tuple[str, ...] = ()
     applies_to: tuple[tuple[str, str], ...] = ()  # (package, PEP 440 specifier; "" = any)
+    # The engines whose code prints this failure's text, with their version ranges: an engine
+    # named in applies_to. Empty: any engine (torch's, CUDA's, the OS's own messages).
     sources: tuple[Source, ...] = ()
     examples: tuple[str, ...] = ()
     path: str = ""  # the file it was read from, for messages
+    engines: tuple[tuple[str, str], ...] = ()
 
 
 class Blank(dict):
@@ -127,11 +152,13 @@ class Blank(dict):
 class FailureCatalog:
     prefixes: tuple[LogPrefix, ...]
     fingerprints: tuple[Fingerprint, ...]
+    outer: tuple[LogPrefix, ...] = ()  # a container runtime's or collector's, cut first
+    engines: tuple[Engine, ...] = ()
 
 
 FAILURE_KEYS = {"id", "title", "severity", "match", "derive", "defaults", "dedupe_by",
                 "supersedes", "cause", "fix", "applies_to", "sources", "examples"}
-ALT_KEYS = {"regex", "contains", "near", "severity"}
+ALT_KEYS = {"regex", "contains", "near", "severity", "printed_by"}
 NEAR_KEYS = {"regex", "contains", "before", "after", "role"}
 
 
@@ -149,19 +176,41 @@ def load_failures(images: Path | str) -> FailureCatalog:
     """Read and validate images/checks/failures.yaml (the Workspace reads it once a command)."""
     doc = read_table(images, (FAILURE_FILE,), "failure fingerprints")
     where = doc.path
-    doc.reject_unknown({"prefixes", "failures"})
-    prefixes = []
-    for i, raw in enumerate(doc.get("prefixes", list, [], what="a list of log prefixes")):
-        d = doc.sub(f"prefixes[{i}]", raw)
-        d.reject_unknown({"name", "regex"})
-        prefixes.append(LogPrefix(d.get("name", str), _regex(d, "regex")))
+    doc.reject_unknown({"outer_prefixes", "prefixes", "engines", "failures"})
+    engines = []
+    for i, raw in enumerate(doc.get("engines", list, [], what="a list of engines")):
+        d = doc.sub(f"engines[{i}]", raw)
+        d.reject_unknown({"name", "title", "signs"})
+        signs = []
+        for j, sraw in enumerate(d.get("signs", list, what="a list of {regex, contains}")):
+            sd = d.sub(f"signs[{j}]", sraw)
+            sd.reject_unknown({"regex", "contains", "weight"})
+            pat = _pattern(sd, near=False)
+            weight = sd.get("weight", int, 1, what="a weight of 1 or more")
+            if weight < 1:
+                raise SpecError(sd.path, sd.key("weight"), "a weight of 1 or more", weight)
+            if set(pat.regex.groupindex) - {"version"}:
+                raise SpecError(sd.path, sd.key("regex"), "no capture but (?P<version>...)",
+                                sorted(pat.regex.groupindex))
+            signs.append(Sign(pat.regex, pat.contains or "", weight))
+        engines.append(Engine(d.get("name", str), d.get("title", str), tuple(signs)))
+    names = {e.name for e in engines}
+    outer, prefixes = [], []
+    for key, into in (("outer_prefixes", outer), ("prefixes", prefixes)):
+        for i, raw in enumerate(doc.get(key, list, [], what="a list of log prefixes")):
+            d = doc.sub(f"{key}[{i}]", raw)
+            d.reject_unknown({"name", "regex", "engine"})
+            engine = d.get("engine", str, None)
+            if engine is not None and engine not in names:
+                raise SpecError(d.path, d.key("engine"), "the name of one of engines:", engine)
+            into.append(LogPrefix(d.get("name", str), _regex(d, "regex"), engine))
     fps: list[Fingerprint] = []
     seen: dict[str, str] = {}
     raws = doc.get("failures", list, what="a list of failures")
     if not raws:
         raise SpecError(where, "failures", "at least one failure")
     for i, raw in enumerate(raws):
-        fp = _parse_failure(doc.sub(f"failures[{i}]", raw))
+        fp = _parse_failure(doc.sub(f"failures[{i}]", raw), names)
         if fp.id in seen:
             raise SpecError(where, f"failures[{i}].id", f"a unique id ({seen[fp.id]} has it too)",
                             fp.id)
@@ -172,7 +221,7 @@ def load_failures(images: Path | str) -> FailureCatalog:
             if other not in seen or other == fp.id:
                 raise SpecError(where, f"failures[{i}].supersedes[{j}]",
                                 "the id of another failure in this file", other)
-    return FailureCatalog(tuple(prefixes), tuple(fps))
+    return FailureCatalog(tuple(prefixes), tuple(fps), tuple(outer), tuple(engines))
 
 
 def _regex(d: Doc, key: str) -> re.Pattern[str]:
@@ -245,7 +294,19 @@ def _check_template(d: Doc, key: str, template: str, alts: Sequence[Alternative]
                                      "defaults: or derive:")
 
 
-def _parse_failure(d: Doc) -> Fingerprint:
+def _specifier(d: Doc, key: str, spec: Any) -> str:
+    if not isinstance(spec, str):
+        raise SpecError(d.path, d.key(key),
+                        "a PEP 440 version range in quotes ('' for any version)", spec)
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise SpecError(d.path, d.key(key),
+                        "a PEP 440 version range such as '>=0.5.8,<0.5.17'", spec) from None
+    return spec
+
+
+def _parse_failure(d: Doc, engine_names: Iterable[str] = ()) -> Fingerprint:
     d.reject_unknown(FAILURE_KEYS)
     fid = d.get("id", str)
     if not _ID.match(fid):
@@ -263,6 +324,9 @@ def _parse_failure(d: Doc) -> Fingerprint:
         near = tuple(_pattern(ad.sub(f"near[{j}]", n), near=True)
                      for j, n in enumerate(ad.get("near", list, [], what="a list of lines "
                                                   "that must be near the matched one")))
+        # printed_by: which releases print this wording ({package: range}); read by people
+        for pkg, spec in ad.get("printed_by", dict, {}).items():
+            _specifier(ad, f"printed_by.{pkg}", spec)
         alts.append(Alternative(line, near, _severity(ad, None)))
     defaults_raw = d.get("defaults", dict, {})
     defaults = []
@@ -314,15 +378,8 @@ def _parse_failure(d: Doc) -> Fingerprint:
         dedupe = tuple(dedupe)
     applies = []
     for pkg, spec in d.get("applies_to", dict, {}).items():
-        if not isinstance(spec, str):
-            raise SpecError(d.path, d.key(f"applies_to.{pkg}"),
-                            "a PEP 440 version range in quotes ('' for any version)", spec)
-        try:
-            SpecifierSet(spec)
-        except InvalidSpecifier:
-            raise SpecError(d.path, d.key(f"applies_to.{pkg}"),
-                            "a PEP 440 version range such as '>=0.5.8,<0.5.17'", spec) from None
-        applies.append((str(pkg), spec))
+        applies.append((str(pkg), _specifier(d, f"applies_to.{pkg}", spec)))
+    engine_names = set(engine_names)
     sources = []
     for j, raw in enumerate(d.get("sources", list, [])):
         sd = d.sub(f"sources[{j}]", raw)
@@ -339,4 +396,5 @@ def _parse_failure(d: Doc) -> Fingerprint:
         defaults=tuple(defaults), dedupe_by=dedupe,
         supersedes=d.str_list("supersedes"), applies_to=tuple(applies), sources=tuple(sources),
         examples=d.str_list("examples"), path=d.path,
+        engines=tuple((pkg, spec) for pkg, spec in applies if pkg in engine_names),
     )

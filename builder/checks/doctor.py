@@ -7,10 +7,18 @@ the message comes from. This module only reads that file, scans a log line by li
 the templates; a log that matches nothing gets an empty answer ("no known failure matched"),
 never a guess.
 
-Scanning is linear in the log: every line is cleaned once (ANSI colours, the engine's log
+Scanning is linear in the log: every line is cleaned once (a container runtime's prefix,
+ANSI colours, also as the literal `^[[0;36m` a copy from a terminal leaves, the engine's log
 prefix, which also tells the tensor-parallel rank), and a fingerprint's regex runs only on
 lines that contain its literal `contains` text. Context lines (`near`) are looked for only
 around a line that already matched.
+
+The same pass works out which engine wrote the log, and its version, from the catalog's
+`engines:` signs (traceback frames in its package, its banner, its log prefix). A failure whose
+text only some engines print (its `applies_to` names them) is that failure only in a log of
+one of them, in the versions named: the same sentence from another engine, or from a version
+outside the range, is answered as a known sentence with another cause, with the evidence for
+the engine, never as the failure it is not.
 """
 
 from __future__ import annotations
@@ -23,10 +31,13 @@ import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from ..catalog.failures import (
     Alternative,
@@ -41,6 +52,9 @@ from ..errors import InputError
 MAX_LINE = 8000  # characters of one line that are matched (a log may hold megabyte lines)
 NO_MATCH = "no known failure matched"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# The same codes as a terminal's copy or `cat -v` leaves them: a caret and a bracket.
+_CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
+OTHER_CAUSE = "known-sentence-other-cause"
 
 
 
@@ -72,6 +86,9 @@ class Diagnosis:
     ranks: tuple[str, ...] = ()
     applies_to: tuple[tuple[str, str], ...] = ()
     sources: tuple[str, ...] = ()
+    sentence_of: str | None = None  # for OTHER_CAUSE: the failure whose text this is
+    # False: the failure's text is only some engines', and the log does not say which wrote it
+    certain: bool = True
 
     @property
     def line(self) -> int:
@@ -86,15 +103,42 @@ class Diagnosis:
             "ranks": list(self.ranks),
             "applies_to": {pkg: spec for pkg, spec in self.applies_to},
             "sources": list(self.sources),
-        }
+            "certain": self.certain,
+        } | ({"sentence_of": self.sentence_of} if self.sentence_of else {})
 
 
-def to_dict(diags: Sequence[Diagnosis], *, source: str | None = None) -> dict:
+@dataclass(frozen=True)
+class LogEngine:
+    """Which engine wrote a log, as far as the log says: its name, its version where a line
+    says it, and the line that weighed most."""
+
+    name: str
+    title: str
+    version: str | None
+    evidence: Evidence
+
+    @property
+    def label(self) -> str:
+        return f"{self.title} {self.version}" if self.version else self.title
+
+    @property
+    def where(self) -> str:
+        """What says so: a line of the log, or (line 0) the prefix or the --engine option."""
+        return f"line {self.evidence.line}" if self.evidence.line else self.evidence.text
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "evidence": self.evidence.to_dict()}
+
+
+def to_dict(diags: Sequence[Diagnosis], *, source: str | None = None,
+            engine: LogEngine | None = None) -> dict:
     """The --json document: every diagnosis, most specific first; none says so."""
-    doc: dict[str, Any] = {"matched": bool(diags), "diagnoses": [d.to_dict() for d in diags]}
+    doc: dict[str, Any] = {"matched": any(d.id != OTHER_CAUSE for d in diags),
+                           "engine": engine.to_dict() if engine else None,
+                           "diagnoses": [d.to_dict() for d in diags]}
     if source is not None:
         doc = {"log": source} | doc
-    if not diags:
+    if not doc["matched"]:
         doc["message"] = NO_MATCH
     return doc
 
@@ -119,13 +163,21 @@ class _Group:
     related: list[Evidence] = field(default_factory=list)
 
 
-def _clean(lines: Iterable[str],
-           prefixes: Sequence[LogPrefix]) -> Iterator[tuple[str, str, str | None]]:
-    """Each line as shown (colours off), its message (prefix off) and its TP rank."""
+def _clean(lines: Iterable[str], prefixes: Sequence[LogPrefix], outer: Sequence[LogPrefix] = (),
+           seen: set[str] | None = None) -> Iterator[tuple[str, str, str | None]]:
+    """Each line as shown (colours and a container runtime's prefix off), its message (the
+    engine's prefix off) and its TP rank. The names of the engine prefixes met go in `seen`."""
     rank: str | None = None
     for line in lines:
         if "\x1b" in line:
             line = _ANSI.sub("", line)
+        if "^[[" in line:
+            line = _CARET_ANSI.sub("", line)
+        for _ in range(3):  # `vllm-1  | 2025-01-01T00:00:00Z ...`: compose, then timestamps
+            m = next((m for p in outer if (m := p.regex.match(line))), None)
+            if m is None:
+                break
+            line = line[m.end():]
         line = line.rstrip()
         if "\r" in line:  # progress bars: what a terminal would show is the last segment
             line = next((seg for seg in reversed(line.split("\r")) if seg.strip()), "")
@@ -138,6 +190,8 @@ def _clean(lines: Iterable[str],
                 body = line[m.end():]
                 rank = next((v for k, v in m.groupdict().items()
                              if k.startswith("rank") and v is not None), None)
+                if seen is not None and p.engine:
+                    seen.add(p.name)
                 break
         yield line, body, rank
 
@@ -196,7 +250,9 @@ def ranks_text(ranks: Iterable[str]) -> str:
     return ", ".join(f"TP{r}" for r in rs) if rs else "not named in the log"
 
 
-def diagnose(log: str | Iterable[str], failures: FailureCatalog) -> list[Diagnosis]:
+def diagnose(log: str | Iterable[str], failures: FailureCatalog,
+             engine_out: list[LogEngine | None] | None = None, *,
+             engine: LogEngine | None = None) -> list[Diagnosis]:
     """Known failures in a log (its text, or its lines as they are read), most specific first;
     [] when none matched (never a guess).
 
@@ -221,15 +277,136 @@ def diagnose(log: str | Iterable[str], failures: FailureCatalog) -> list[Diagnos
     win = _Window(before + after + 1)
     pending: deque[int] = deque()  # candidate lines waiting for the lines after them
     hits: list[_Hit] = []
-    for i, item in enumerate(_clean(lines, prefixes)):
+    votes = _Votes(failures)
+    for i, item in enumerate(_clean(lines, prefixes, failures.outer, votes.prefixes)):
         win.add(item)
+        votes.line(i, item)
         if any_needle is None or any_needle.search(item[1]):
             pending.append(i)
         while pending and pending[0] + after <= i:
             hits += _match_line(pending.popleft(), win, anchors, fingerprints)
     while pending:
         hits += _match_line(pending.popleft(), win, anchors, fingerprints)
-    return _summarise(hits)
+    engine = engine or votes.engine()
+    if engine_out is not None:
+        engine_out.append(engine)
+    return _engine_fit(_summarise(hits), engine, failures)
+
+
+class _Votes:
+    """Which engine wrote the log: each sign counts once, with its weight; a prefix only one
+    engine writes counts as a sign of weight 2. A tie is no answer."""
+
+    def __init__(self, failures: FailureCatalog):
+        self.engines = failures.engines
+        self.prefix_engine = {p.name: p.engine for p in failures.prefixes if p.engine}
+        self.prefixes: set[str] = set()
+        self.hits: dict[tuple[int, int], tuple[int, str, str | None]] = {}  # sign -> first hit
+        self.todo = [(ei, si, s) for ei, e in enumerate(self.engines)
+                     for si, s in enumerate(e.signs)]
+
+    def line(self, i: int, item: tuple[str, str, str | None]) -> None:
+        shown = item[0]
+        for ei, si, s in self.todo:
+            if s.contains in shown and (m := s.regex.search(shown)):
+                self.hits[(ei, si)] = (i, shown, m.groupdict().get("version"))
+        if self.hits:
+            self.todo = [t for t in self.todo if (t[0], t[1]) not in self.hits]
+
+    def engine(self) -> LogEngine | None:
+        score: dict[int, int] = {}
+        for (ei, si) in self.hits:
+            score[ei] = score.get(ei, 0) + self.engines[ei].signs[si].weight
+        for p in self.prefixes:
+            ei = next(k for k, e in enumerate(self.engines) if e.name == self.prefix_engine[p])
+            score[ei] = score.get(ei, 0) + 2
+        if not score:
+            return None
+        best = max(score.values())
+        top = [ei for ei, v in score.items() if v == best]
+        if len(top) > 1:
+            return None
+        ei = top[0]
+        mine = sorted((h for (e, si), h in self.hits.items() if e == ei),
+                      key=lambda h: h[0])
+        version = next((v for _, _, v in mine if v), None)
+        strongest = max(((self.engines[ei].signs[si].weight, -h[0], h)
+                         for (e, si), h in self.hits.items() if e == ei), default=None)
+        ev = Evidence(strongest[2][0] + 1, strongest[2][1], "engine") if strongest else \
+            Evidence(0, f"{self.engines[ei].title}'s log line prefix", "engine")
+        return LogEngine(self.engines[ei].name, self.engines[ei].title, version, ev)
+
+
+def _fits(fp: Fingerprint, engine: LogEngine | None) -> bool:
+    """The failure's cause can hold in this engine's log (unknown engine: it can)."""
+    if engine is None or not fp.engines:
+        return True
+    spec = dict(fp.engines).get(engine.name)
+    if spec is None:
+        return False
+    if not spec or engine.version is None:
+        return True
+    try:
+        return Version(engine.version) in SpecifierSet(spec, prereleases=True)
+    except InvalidVersion:
+        return True
+
+
+def _engine_fit(diags: list[Diagnosis], engine: LogEngine | None,
+                failures: FailureCatalog) -> list[Diagnosis]:
+    """Keep each diagnosis whose cause can hold for the log's engine; the others become a
+    known sentence with another cause, unless a failure of that engine explains the line."""
+    by_id = {fp.id: fp for fp in failures.fingerprints}
+    if engine is None:
+        # Which engine wrote it is unknown: a failure only some engines print is possible.
+        return [d if not _bound(by_id[d.id], failures) else replace(
+            d, certain=False, title=f"possibly: {d.title}",
+            cause=(d.cause + " (The log does not say which engine wrote it: this holds for "
+                   + ", ".join(f"{_title(failures, n)} {spec}".strip()
+                               for n, spec in by_id[d.id].engines) + ".)"))
+            for d in diags]
+    kept = [d for d in diags if _fits(by_id[d.id], engine)]
+    explained = {d.line for d in kept}  # a line one answer explains gets no other-cause one
+    out = []
+    for d in kept:
+        spec = dict(by_id[d.id].engines).get(engine.name)
+        if spec and engine.version is None:
+            # The cause holds in some versions of this engine, and the log does not say which.
+            d = replace(d, certain=False, title=f"possibly: {d.title}",
+                        cause=(d.cause + f" (The log does not say which {engine.title} "
+                               f"version wrote it: this holds for {engine.title} {spec}.)"))
+        out.append(d)
+    for d in diags:
+        fp = by_id[d.id]
+        if d in kept or d.line in explained:
+            continue
+        explained.add(d.line)
+        assert engine is not None
+        who = ", ".join(f"{_title(failures, n)} {spec}".strip() for n, spec in fp.engines)
+        out.append(replace(
+            d, id=OTHER_CAUSE, sentence_of=d.id,
+            title=f"a known sentence ({d.id}), but from {engine.label}: another cause",
+            cause=(f"This line is the message imgbuild knows as {d.id} ({d.title}), which "
+                   f"{who} print{'s' if len(fp.engines) == 1 else ''} for that cause. This log "
+                   f"was written by {engine.label} ({engine.where}), where the same "
+                   "words have another cause, and imgbuild has no diagnosis for it."),
+            fix=(f"Start from the last exception in the log and {engine.title}'s own issues for "
+                 f"this message{' in ' + engine.version if engine.version else ''}; imgbuild "
+                 "does not guess."),
+            evidence=d.evidence + ((engine.evidence,) if engine.evidence.line else ())))
+    out.sort(key=lambda d: (d.id == OTHER_CAUSE, d.severity != "error"))
+    return out
+
+
+def _bound(fp: Fingerprint, failures: FailureCatalog) -> bool:
+    """The failure's text is printed by some engines (or versions) only, not by every one."""
+    return bool(fp.engines) and (
+        {n for n, _ in fp.engines} != {e.name for e in failures.engines}
+        or any(spec for _, spec in fp.engines))
+
+
+def _title(failures: FailureCatalog, name: str) -> str:
+    return next((e.title for e in failures.engines if e.name == name), name)
 
 
 def _match_line(i: int, win: _Window, anchors, fingerprints) -> list[_Hit]:
@@ -378,21 +555,46 @@ class DoctorReport:
 
     source: str
     diagnoses: tuple[Diagnosis, ...]
+    engine: LogEngine | None = None
 
     @property
     def exit_code(self) -> int:
-        # A known failure found is the job's finding (1); nothing matched is not an error (0).
-        return 1 if self.diagnoses else 0
+        # A known failure found is the job's finding (1); nothing matched, or only a known
+        # sentence with another cause, is not an error (0).
+        return 1 if any(d.id != OTHER_CAUSE for d in self.diagnoses) else 0
 
     def to_dict(self) -> dict:
-        return to_dict(self.diagnoses, source=self.source)
+        return to_dict(self.diagnoses, source=self.source, engine=self.engine)
 
 
-def doctor(failures: FailureCatalog, log: str, stdin=None) -> DoctorReport:
-    """Read LOGFILE (or standard input for "-") and diagnose it."""
+def engine_given(text: str, failures: FailureCatalog) -> LogEngine:
+    """`--engine NAME[==VERSION]`: the engine that wrote the log, as the user says."""
+    name, _, version = text.partition("==")
+    known = {e.name: e for e in failures.engines}
+    e = known.get(name.strip().lower())
+    if e is None:
+        raise InputError(f"--engine {text}: not an engine doctor knows",
+                         facts=[f"engines: {', '.join(sorted(known))}"],
+                         hint="write NAME or NAME==VERSION, e.g. --engine sglang==0.5.16")
+    version = version.strip() or None
+    if version is not None:
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise InputError(f"--engine {text}: {version!r} is not a version",
+                             hint="write NAME==VERSION, e.g. --engine sglang==0.5.16") from None
+    return LogEngine(e.name, e.title, version, Evidence(0, f"--engine {text}", "engine"))
+
+
+def doctor(failures: FailureCatalog, log: str, stdin=None, *,
+           engine: LogEngine | None = None) -> DoctorReport:
+    """Read LOGFILE (or standard input for "-") and diagnose it; `engine`, when given, is
+    who wrote it (the log's own signs are then not asked)."""
     try:
         with open_log(log, stdin) as (lines, source):
-            return DoctorReport(source, tuple(diagnose(lines, failures)))
+            found: list[LogEngine | None] = []
+            diags = tuple(diagnose(lines, failures, found, engine=engine))
+            return DoctorReport(source, diags, found[0])
     except (OSError, EOFError, zlib.error) as e:  # a truncated gzip, a read error midway
         raise InputError(f"cannot read {log if log != '-' else 'standard input'}: "
                          f"{getattr(e, 'strerror', None) or e}",

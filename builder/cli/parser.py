@@ -145,6 +145,9 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("doctor", parents=[common],
                        help="match a server log or traceback against known failures")
     s.add_argument("log", metavar="LOGFILE|-")
+    s.add_argument("--engine", metavar="NAME[==VERSION]",
+                   help="the engine (and version) that wrote the log, when the log does not "
+                        "say: e.g. sglang==0.5.16")
     s = sub.add_parser("smoke-model", parents=[common],
                        help="a generated smoke checkpoint, by its recipe key: from the cache, "
                             "the registry, or made by its pinned generator image")

@@ -89,10 +89,15 @@ def _check_model_human(report: checkmodel.Report, console: Console) -> None:
 # --- doctor ---
 
 def _doctor_human(diags: Sequence[doctor.Diagnosis], console: Console, *,
-                  source: str | None = None) -> None:
-    """Each diagnosis for people: cause, fix, evidence lines. Log text is never read as markup."""
+                  source: str | None = None, engine: doctor.LogEngine | None = None) -> None:
+    """Each diagnosis for people: cause, fix, evidence lines. Log text is never read as markup.
+    On a terminal each is a panel; in a pipe or a file, plain lines that are never cut."""
     where = f" in {source}" if source else ""
-    if not diags:
+    if engine is not None:
+        where += f" (written by {engine.label}: {engine.where})"
+    if not any(d.id != doctor.OTHER_CAUSE for d in diags):
+        for d in diags:  # a known sentence with another cause is said, but is no finding
+            console.print(Text(f"{d.title}. {d.cause}", style="yellow"), soft_wrap=True)
         t = Text()
         t.append(doctor.NO_MATCH, style="bold")
         t.append(where + ".\n")
@@ -100,8 +105,12 @@ def _doctor_human(diags: Sequence[doctor.Diagnosis], console: Console, *,
                  "and does not guess; start from the last exception in the log.", style="dim")
         console.print(t)
         return
-    n = len(diags)
-    console.print(Text(f"{n} known failure{'s' if n != 1 else ''} found{where}", style="bold"))
+    n = sum(d.id != doctor.OTHER_CAUSE for d in diags)
+    console.print(Text(f"{n} known failure{'s' if n != 1 else ''} found{where}", style="bold"),
+                  soft_wrap=True)
+    if not console.is_terminal:
+        _doctor_plain(diags, console)
+        return
     for d in diags:
         body = Text()
         body.append(d.title + "\n", style="bold")
@@ -112,10 +121,7 @@ def _doctor_human(diags: Sequence[doctor.Diagnosis], console: Console, *,
         body.append("evidence", style="bold")
         for e in d.evidence:
             body.append(f"\n  line {e.line}", style="bold")
-            label = [x for x in (f"TP{e.rank}" if e.rank is not None else None,
-                                 e.role if e.role != "match" else None) if x]
-            if label:
-                body.append(f" ({', '.join(label)})", style="dim")
+            body.append(_evidence_label(e), style="dim")
             body.append(": ")
             text = e.text.strip()
             body.append(text if len(text) <= 300 else text[:297] + "...")
@@ -133,11 +139,32 @@ def _doctor_human(diags: Sequence[doctor.Diagnosis], console: Console, *,
         console.print(Panel(body, title=title, title_align="left", border_style=style))
 
 
+def _evidence_label(e: doctor.Evidence) -> str:
+    label = [x for x in (f"TP{e.rank}" if e.rank is not None else None,
+                         e.role if e.role != "match" else None) if x]
+    return f" ({', '.join(label)})" if label else ""
+
+
+def _doctor_plain(diags: Sequence[doctor.Diagnosis], console: Console) -> None:
+    """One field a line, whole: what `doctor LOG | less` and CI logs show."""
+    for d in diags:
+        lines = [f"{d.severity} {d.id}: {d.title}", f"  cause: {d.cause}", f"  fix:   {d.fix}",
+                 "  evidence:"]
+        lines += [f"    line {e.line}{_evidence_label(e)}: {e.text.strip()}" for e in d.evidence]
+        seen = ([f"seen {d.occurrences} times"] if d.occurrences > 1 else []) + \
+            (["on " + doctor.ranks_text(d.ranks)] if d.ranks else [])
+        if seen:
+            lines.append("  " + ", ".join(seen))
+        for ln in lines:
+            console.print(Text(ln), soft_wrap=True)
+        console.print()
+
+
 def doctor_report(out: Output, report: doctor.DoctorReport) -> None:
     if out.json:
         out.print_json(report.to_dict())
     else:
-        _doctor_human(report.diagnoses, out.out, source=report.source)
+        _doctor_human(report.diagnoses, out.out, source=report.source, engine=report.engine)
 
 
 def check_model(out: Output, report: checkmodel.Report) -> None:
