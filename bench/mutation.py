@@ -44,7 +44,7 @@ MODULES: dict[str, list[str]] = {
     "builder/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py",
                                   "tests/test_conflicts_text.py"],
     "builder/checks/drift.py": ["tests/test_drift.py", "tests/test_survivors.py",
-                                "tests/test_offline_twins.py"],
+                                "tests/test_offline_twins.py", "tests/test_drift_mutants.py"],
     "builder/checks/checkmodel/names.py": ["tests/test_checkmodel.py"],
     "builder/checks/checkmodel/ignore.py": ["tests/test_checkmodel.py",
                                             "tests/test_survivors.py"],
