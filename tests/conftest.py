@@ -76,6 +76,45 @@ def images_copy(tmp_path) -> Path:
     return tmp_path / "images"
 
 
+# The smoke-model generator's code: a change to any of these makes new test checkpoints.
+SMOKE_GENERATOR_SOURCES = ("builder/payload/smokegen.py", "builder/payload/smoke.py",
+                           "builder/smokemodel.py")
+
+
+def persistent_test_cache() -> Path:
+    """Where generated test checkpoints persist across pytest processes (mutmut runs one per
+    mutant): $IMGBUILD_TEST_CACHE, else ~/.cache/imgbuild-tests."""
+    env = os.environ.get("IMGBUILD_TEST_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "imgbuild-tests"
+
+
+def smoke_checkpoint(spec, area: str) -> Path:
+    """A smoke checkpoint made by the real generator in this interpreter
+    (builder.smokemodel.ensure), kept under <test cache>/<area>/<generator key16>/.
+
+    ensure already names the entry by the spec's recipe key and the installed tooling's
+    versions, checks it file by file (sha256 against its reference) before reuse, and renames
+    a complete entry into place in one step. The directory above it adds the generator's own
+    source, so an edit to the generator regenerates; a lock file makes concurrent processes
+    wait for the one generating instead of generating twice."""
+    import fcntl
+    import hashlib
+
+    from builder import smokemodel
+
+    h = hashlib.sha256()
+    for rel in SMOKE_GENERATOR_SOURCES:
+        h.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
+    cache = persistent_test_cache() / area / h.hexdigest()[:16]
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return smokemodel.ensure(spec, cache_dir=cache)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def checkout_workspace(wheels: bool = False) -> Workspace:
     """The checkout's images/ and lockfiles/ (and the local wheel directory when asked)."""
     return Workspace(ROOT / "images", ROOT / "lockfiles",
