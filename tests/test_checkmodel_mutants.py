@@ -470,3 +470,20 @@ def test_fix_result_to_dict_without_a_proof():
     assert (d["replaced"], d["replaced_examples"]) == (7, ["e0", "e1", "e2", "e3", "e4"])
     assert (d["unignored"], d["unignored_examples"]) == (7, ["u0", "u1", "u2", "u3", "u4"])
     assert d["packed_modules_mapping_added"] == {"qkv_proj": ["q", "k", "v"]}
+
+
+# --- names.py --------------------------------------------------------------------------------
+
+def test_an_empty_entry_is_in_every_name_by_substring():
+    """SGLang 0.5.16 ignores every layer for an entry "" (`"" in name`); a dotted suffix or an
+    exact name never matches it. names_ignored (the fused names) agrees with the index."""
+    leaves = ["model.layers.0.mlp.down_proj", "lm_head"]
+    index = cm.NameIndex(leaves)
+    fused = ["model.layers.0.mlp.gate_up_proj", "model.layers.0.self_attn.qkv_proj"]
+    for names in (index.names, fused):
+        assert cm.names_ignored(names, [""], "substring") == \
+            {n for n in names if sglang_0516_match(n, "")} == set(names)
+        assert cm.names_ignored(names, [""], "suffix") == \
+            {n for n in names if sglang_0517_match(n, "")} == set()
+        assert cm.names_ignored(names, [""], "exact") == set()
+    assert set(index.matches("", "substring")) == set(index.names)

@@ -251,9 +251,9 @@ def names_ignored(names: Iterable[str], entries: Iterable[Any], matcher: str) ->
         elif matcher == "suffix":
             hit = n in plain or any(n[i + 1:] in plain for i, c in enumerate(n) if c == ".")
         elif matcher == "substring":
-            ln = n.lower()
-            hit = any(ln[i:j] in lower for i in range(len(ln))
-                      for j in range(i + 1, min(len(ln), i + longest) + 1))
+            ln = n.lower()  # an empty entry is in every name, as `"" in name` says
+            hit = "" in lower or any(ln[i:j] in lower for i in range(len(ln))
+                                     for j in range(i + 1, min(len(ln), i + longest) + 1))
         if hit or any(r.match(n) for r in rxs):
             out.add(n)
     return out
