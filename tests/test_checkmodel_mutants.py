@@ -487,3 +487,75 @@ def test_an_empty_entry_is_in_every_name_by_substring():
             {n for n in names if sglang_0517_match(n, "")} == set()
         assert cm.names_ignored(names, [""], "exact") == set()
     assert set(index.matches("", "substring")) == set(index.names)
+
+
+LITERAL_PREFIXES = {  # pattern -> the literal every name it matches starts with
+    "a|b": "", "x(a)|b": "", "a[x]|b": "", r"\.a|b": "", "[ab]c": "", r"\d+": "", "": "",
+    r"\|ab": "|ab", "a[x|]b": "a", "a[|]b": "a", r"a[\]|]b": "a", "x(a|b)": "x",
+    "x((a)|b)": "x", "^abc": "abc", r"a\.b": "a.b", r"model\.layers\.0\.": "model.layers.0.",
+    r"a\db": "a", "ab.c": "ab", "aXb": "aXb", "ab*": "a", "ab?": "a", "ab{2}": "a", "ab+": "a",
+    "lm_head-x/y:z,w@v u": "lm_head-x/y:z,w@v u",
+    r"model\.layers\.(?:0|1)\.mlp$": "model.layers.",
+}
+
+
+def test_literal_prefix_of_re_entries():
+    """The prefix a `re:` entry's names are looked up under: as long as the pattern allows,
+    never longer (a top-level `|`, an escape, a class, a group or a quantifier ends it)."""
+    import importlib
+    import re
+
+    names_mod = importlib.import_module("builder.checks.checkmodel.names")
+    probe = ["a", "b", "ab", "abc", "abb", "a.b", "ax", "axb", "a|b", "|ab", "a]b", "a1b",
+             "aXb", "x", "xa", "xb", "xab", ".a", "c", "bc", "lm_head-x/y:z,w@v u",
+             "model.layers.0.", "model.layers.0.mlp", "model.layers.1.mlp", "a9b"]
+    for pattern, prefix in LITERAL_PREFIXES.items():
+        assert names_mod._literal_prefix(pattern) == prefix, pattern
+        rx = re.compile(pattern)
+        assert all(n.startswith(prefix) for n in probe if rx.match(n)), pattern
+    # and through the index: the same names as a scan of them all
+    index = cm.NameIndex(probe)
+    for pattern in LITERAL_PREFIXES:
+        rx = re.compile(pattern)
+        assert index.regex(pattern) == [n for n in index.names if rx.match(n)], pattern
+        assert index.matches("re:" + pattern, "exact") == index.regex(pattern)
+    assert index.matches("re:a(", "substring") == []  # not a regex: matches nothing
+
+
+def test_name_index_holds_every_parent_once():
+    index = cm.NameIndex(["a.b", "a.b", "c.d", "x.y.z.w", ".x", "lm_head"])
+    assert index.names == [".x", "a", "a.b", "c", "c.d", "lm_head", "x", "x.y", "x.y.z",
+                           "x.y.z.w"]
+    assert index.leaves == {"a.b", "c.d", "x.y.z.w", ".x", "lm_head"}
+    assert index.set == set(index.names) and len(index) == 10
+    with pytest.raises(ValueError, match=r"^unknown matcher 'fuzzy'$"):
+        index.matches("a", "fuzzy")
+
+
+def test_with_prefix_and_descendants():
+    index = cm.NameIndex(["model.layers.0.mlp", "model.layers.1.mlp", "model.layers_x",
+                          "lm_head", "mtp.x", "n.y", "k.z"])
+    assert index.with_prefix("") == index.names
+    assert index.with_prefix("l") == ["lm_head"]
+    assert index.with_prefix("m") == ["model", "model.layers", "model.layers.0",
+                                      "model.layers.0.mlp", "model.layers.1",
+                                      "model.layers.1.mlp", "model.layers_x", "mtp", "mtp.x"]
+    assert index.with_prefix("model.layers.0") == ["model.layers.0", "model.layers.0.mlp"]
+    assert index.with_prefix("zz") == []
+    assert index.descendants("model.layers") == ["model.layers.0", "model.layers.0.mlp",
+                                                 "model.layers.1", "model.layers.1.mlp"]
+    assert index.descendants("model.layers.1.mlp") == []
+
+
+def test_names_ignored_entries_that_are_not_plain_names():
+    """Non-string entries are skipped; a `re:` entry is a regex under every matcher, never a
+    name, even for a module whose name starts with `re:` (as the engines read it)."""
+    names = ["re:x", "x", "lm_head", "model.layers.0.mlp.gate_up_proj"]
+    entries = [3, None, "re:x", "lm_head", "re:(", r"re:model\.layers\.0\.mlp\..*"]
+    for m, engine in (("substring", sglang_0516_match), ("suffix", sglang_0517_match),
+                      ("exact", None)):
+        got = cm.names_ignored(names, entries, m)
+        assert got == {"x", "lm_head", "model.layers.0.mlp.gate_up_proj"}, m
+        if engine:
+            assert got == {n for n in names if any(engine(n, e) for e in entries
+                                                   if isinstance(e, str) and e != "re:(")}
