@@ -241,15 +241,18 @@ def test_collapse_texts():
     entries += [f"m.layers.{x}.experts.{e}" for x in range(3) for e in range(4)]
     entries += ["m.layers.5.experts.1", "m.layers.5.experts.3"]
     # three numbers in one name: rows factor on all but the last
-    entries += ["a.0.b.0.c.0", "a.0.b.1.c.1", "a.2.b.0.c.0", "a.2.b.1.c.1"]
+    entries += ["a.0.b.0.c.0", "a.0.b.1.c.1", "a.2.b.0.c.0", "a.2.b.1.c.1",
+                "p.0.q.1.r.2", "p.0.q.1.r.3", "p.4.q.1.r.3"]
     want = [r"^model\.layers\.[0-2]\.mlp$", r"^lm_head$", r"^model\.layers\.05\.mlp$",
             "^model\\.layers\\.\u0663\\.mlp$", r"^model\.layers\.(?:0|7)\.self_attn$",
             r"^m\.layers\.[0-2]\.experts\.[0-3]$", r"^m\.layers\.5\.experts\.(?:1|3)$",
-            r"^a\.(?:0|2)\.b\.0\.c\.0$", r"^a\.(?:0|2)\.b\.1\.c\.1$"]
+            r"^a\.(?:0|2)\.b\.0\.c\.0$", r"^a\.(?:0|2)\.b\.1\.c\.1$",
+            r"^p\.0\.q\.1\.r\.(?:2|3)$", r"^p\.4\.q\.1\.r\.3$"]
     assert cm.collapse(entries) == want
     # and they match exactly the entries among the names around them
     names = set(entries) | {"model.layers.3.mlp", "model.layers.5.mlp", "a.0.b.0.c.1",
                             "a.0.b.1.c.0", "a.1.b.0.c.0", "m.layers.5.experts.2",
+                            "p.4.q.1.r.2", "p.0.q.1.r.1", "p.0.q.2.r.3",
                             "model.layers.0.mlp.down_proj", "model.layers.00.mlp"}
     rxs = [re.compile(x) for x in want]
     assert {n for n in names if any(r.match(n) for r in rxs)} == set(entries)
