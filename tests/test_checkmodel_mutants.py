@@ -537,12 +537,13 @@ def test_name_index_holds_every_parent_once():
 
 def test_with_prefix_and_descendants():
     index = cm.NameIndex(["model.layers.0.mlp", "model.layers.1.mlp", "model.layers_x",
-                          "lm_head", "mtp.x", "n.y", "k.z"])
+                          "model.layers2", "lm_head", "mtp.x", "n.y", "k.z"])
     assert index.with_prefix("") == index.names
     assert index.with_prefix("l") == ["lm_head"]
     assert index.with_prefix("m") == ["model", "model.layers", "model.layers.0",
                                       "model.layers.0.mlp", "model.layers.1",
-                                      "model.layers.1.mlp", "model.layers_x", "mtp", "mtp.x"]
+                                      "model.layers.1.mlp", "model.layers2", "model.layers_x",
+                                      "mtp", "mtp.x"]
     assert index.with_prefix("model.layers.0") == ["model.layers.0", "model.layers.0.mlp"]
     assert index.with_prefix("zz") == []
     assert index.descendants("model.layers") == ["model.layers.0", "model.layers.0.mlp",
