@@ -87,7 +87,8 @@ EXPECTED: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             "W4A16_NVFP4": ("CompressedTensorsW4A4Nvfp4MoEMethod",),  # use_a16=True
             "W8A8_FP8": ("CompressedTensorsW8A8Fp8MoEMethod",),
             "W8A8_INT8": ("CompressedTensorsW8A8Int8MoEMethod",),
-            "WNA16_INT": ("CompressedTensorsWNA16MoEMethod", "CompressedTensorsWNA16MarlinMoEMethod"),
+            "WNA16_INT": ("CompressedTensorsWNA16MoEMethod",
+                          "CompressedTensorsWNA16MarlinMoEMethod"),
         },
     },
 }
@@ -296,7 +297,7 @@ def judge(engine: str, check: Check, arch: str, got: str | None, bases: tuple[st
     want = expected_classes(engine, check.path, check.declared)
     if want is None:
         return None  # counted as unchecked by the caller
-    if error is None and ((not want and got is None) or (got is not None and set(want) & set(bases))):
+    if error is None and (got is None if not want else bool(set(want) & set(bases))):
         return None
     return {"module": check.name, "path": check.path, "arch": arch, "declared": check.declared,
             "expected": list(want) if want else None, "got": got, "error": error}
