@@ -316,6 +316,19 @@ def test_engine_failing_to_import_is_a_failure_not_a_crash(mixed_ckpt, monkeypat
     assert rep["ok"] is False
 
 
+def test_an_arch_the_engine_cannot_be_told_about_is_a_failure(mixed_ckpt, monkeypatch):
+    class NoDevice(FakeEngine):
+        @contextlib.contextmanager
+        def device(self, capability):
+            raise ImportError("cannot import name 'DeviceCapability'")
+            yield
+
+    monkeypatch.setitem(es.ENGINES, "sglang", NoDevice)
+    rep = es.run(mixed_ckpt, "sglang", ["sm100"])
+    assert rep["ok"] is False and rep["error"].startswith(
+        "sm100: could not answer the engine's GPU queries: ImportError")
+
+
 def test_bad_input_exits_2(tmp_path, capsys):
     assert es.main(["--model", str(tmp_path), "--engine", "sglang", "--arch", "sm100"]) == 2
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"]}))

@@ -477,30 +477,40 @@ def run(model: Path, engine_name: str, archs: list[str]) -> dict[str, Any]:
     seconds["import"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    mismatches, chosen = [], {}
+    mismatches, chosen, failed = [], {}, None
     with contextlib.redirect_stdout(sys.stderr):
         for arch in archs:
-            counts = chosen.setdefault(arch, Counter())
-            with engine.device(ARCH_CAPABILITY[arch]):
-                cfg = engine.parse(qcfg)  # fresh per arch: the MoE path edits its target map
-                for check in checks:
-                    got, bases, error = None, (), None
-                    try:
-                        scheme = (engine.linear if check.path == "linear" else engine.moe)(
-                            cfg, check)
-                    except Exception as e:  # noqa: BLE001
-                        error = _error_text(e)
-                    else:
-                        if scheme is not None:
-                            got = type(scheme).__name__
-                            bases = tuple(c.__name__ for c in type(scheme).__mro__)
-                    counts[error and "error" or got or "none"] += check.covers
-                    bad = judge(engine_name, check, arch, got, bases, error)
-                    if bad:
-                        mismatches.append(bad)
+            try:
+                chosen[arch] = _check_arch(engine, engine_name, qcfg, checks, arch, mismatches)
+            except Exception as e:  # noqa: BLE001 - answering the arch's capability failed
+                failed = f"{arch}: could not answer the engine's GPU queries: {_error_text(e)}"
+                break
     seconds["check"] = time.monotonic() - t0
     return build_report(version=engine.version, mismatches=mismatches, chosen=chosen,
-                        seconds=seconds, **common)
+                        seconds=seconds, error=failed, **common)
+
+
+def _check_arch(engine: Engine, engine_name: str, qcfg: dict[str, Any], checks: list[Check],
+                arch: str, mismatches: list[dict[str, Any]]) -> Counter:
+    """Every check on one arch; mismatches appended; what the engine chose, counted."""
+    counts: Counter = Counter()
+    with engine.device(ARCH_CAPABILITY[arch]):
+        cfg = engine.parse(qcfg)  # fresh per arch: the MoE path edits its target map
+        for check in checks:
+            got, bases, error = None, (), None
+            try:
+                scheme = (engine.linear if check.path == "linear" else engine.moe)(cfg, check)
+            except Exception as e:  # noqa: BLE001 - the engine's own refusal is the finding
+                error = _error_text(e)
+            else:
+                if scheme is not None:
+                    got = type(scheme).__name__
+                    bases = tuple(c.__name__ for c in type(scheme).__mro__)
+            counts[error and "error" or got or "none"] += check.covers
+            bad = judge(engine_name, check, arch, got, bases, error)
+            if bad:
+                mismatches.append(bad)
+    return counts
 
 
 def _installed(name: str) -> str | None:
