@@ -451,3 +451,144 @@ def test_probe_in_the_image_patched_vs_unpatched(sglang_0516_image, unpatched_fi
     assert sorted((m["arch"], m["module"], m["got"], m["error"]) for m in rep["mismatches"]) == \
         sorted((a, f"model.layers.0.mlp.{p}", None, None)
                for a in ("sm100", "sm120") for p in ("gate_proj", "up_proj", "down_proj"))
+
+
+# --- the smoke stage "engine-schemes" (builder/payload/smoke.py) ------------------------------
+
+class ExactEngine(FakeEngine):
+    """The stand-in with SGLang 0.5.17's exact `ignore` matching."""
+
+    def linear(self, cfg, check):
+        if check.name in cfg["ignore"]:
+            return None
+        return super().linear(dict(cfg, ignore=[]), check)
+
+    def moe(self, cfg, check):
+        g = es.match_group(check.name + ".0.down_proj", cfg["config_groups"])
+        assert es.classify_group(cfg["config_groups"][g]) == "W4A4_NVFP4"
+        return _Scheme("CompressedTensorsW4A4Nvfp4MoE")
+
+
+def stage(model, facts, monkeypatch, engine):
+    from builder.payload import smoke
+
+    monkeypatch.setitem(sys.modules, "engine_schemes", es)  # what smoke.py imports, in-image
+    monkeypatch.setitem(es.ENGINES, "sglang", engine)
+    return smoke.check_engine_schemes(model, facts, Path(smoke.__file__).parent)
+
+
+def test_the_smoke_stage_asks_about_the_smoke_model_and_every_probe(mixed_ckpt, monkeypatch):
+    facts = {"engine": "sglang", "archs": ["sm100", "sm120"]}
+    status, reason, details = stage(mixed_ckpt, facts, monkeypatch, ExactEngine)
+    assert status == "pass", reason
+    assert reason == ("sglang 0.0-fake gave each of 58 layers in 4 checkpoints (smoke-model, "
+                      "ignore-parent, mixed-precision, moe) its declared scheme on sm100, sm120")
+    cks = details["checkpoints"]
+    assert cks["moe"]["chosen"]["sm100"]["none"] == 3  # two routers and lm_head: unquantized
+    assert details["archs"] == ["sm100", "sm120"]
+    # Substring matching (SGLang 0.5.7-0.5.16 unpatched): the parent entry's children are lost.
+    class Substring(ExactEngine):
+        linear = FakeEngine.linear
+
+    status, reason, details = stage(mixed_ckpt, facts, monkeypatch, Substring)
+    assert status == "fail"
+    assert reason == ("sglang 0.0-fake did not give every layer its declared scheme: "
+                      "ignore-parent: 6 mismatches, first model.layers.0.mlp.down_proj on sm100: "
+                      "declared W4A4_NVFP4, got no scheme")
+    assert len(details["checkpoints"]["ignore-parent"]["mismatches"]) == 6
+
+
+def test_the_smoke_stage_is_skipped_without_an_engine_or_a_gpu_arch(mixed_ckpt, monkeypatch):
+    assert stage(mixed_ckpt, {"engine": "transformers", "archs": ["cpu"]}, monkeypatch,
+                 ExactEngine)[:2] == ("skipped", "skipped: no serving engine in this image "
+                                                 "(transformers)")
+    assert stage(mixed_ckpt, {"engine": "sglang", "archs": ["cpu"]}, monkeypatch,
+                 ExactEngine)[:2] == ("skipped", "skipped: none of the image's archs is a GPU "
+                                                 "arch the probe knows")
+
+
+def test_the_scheme_probes_are_what_their_notes_say():
+    doc = json.loads((Path(es.__file__).parent / "scheme-probes.json").read_text())
+    probes = doc["probes"]
+    mixed = probes["mixed-precision"]["quantization_config"]
+    assert mixed["format"] == "mixed-precision" and len(mixed["config_groups"]) == 2
+    assert "model.layers.0.mlp" in probes["ignore-parent"]["quantization_config"]["ignore"]
+    assert "model.layers.0.mlp.down_proj.weight_packed" in probes["ignore-parent"]["tensors"]
+    moe = probes["moe"]["tensors"]
+    assert "model.layers.1.mlp.experts.3.down_proj.weight_packed" in moe
+    assert "model.layers.0.mlp.gate.weight" in moe  # the router, unquantized
+
+
+@pytest.mark.slow
+def test_the_unpatched_image_fails_the_stage_with_sglangs_own_error(sglang_0516_image,
+                                                                      images_copy):
+    """SGLang 0.5.16 built without its patches (a copy of images/ without `patches:`): the
+    smoke stage asks SGLang itself, which finds no scheme for the mixed-precision probe and
+    builds the ignore-parent probe's children unquantized; the patched image passes."""
+    spec = images_copy / f"{TARGET}.yaml"
+    spec.write_text(spec.read_text().replace(
+        "patches:\n  - sglang-ct-mixed-precision-format\n  - sglang-ct-ignore-exact-match\n", ""))
+    env = {"IMGBUILD_IMAGES": str(images_copy)}
+    r = run_imgbuild("build", TARGET, "--no-smoke", "--json", env=env, timeout=3600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    unpatched = json.loads(r.stdout)["content_tag"]
+    assert unpatched != sglang_0516_image
+    for image, ok in ((unpatched, False), (sglang_0516_image, True)):
+        r = run_imgbuild("smoke", image, "--json", timeout=900)
+        stages = {s["name"]: s for s in json.loads(r.stdout)["stages"]}
+        s = stages["engine-schemes"]
+        assert (s["status"] == "pass") is ok, s["reason"]
+        cks = s["details"]["checkpoints"]
+        if ok:
+            assert all(c["mismatches"] == [] for c in cks.values())
+            continue
+        assert {m["error"] for m in cks["mixed-precision"]["mismatches"]
+                if ".mlp." in m["module"]} == {
+            "NotImplementedError: No compressed-tensors compatible scheme was found."}
+        assert sorted({m["module"] for m in cks["ignore-parent"]["mismatches"]}) == [
+            f"model.layers.0.mlp.{p}" for p in ("down_proj", "gate_proj", "up_proj")]
+        assert cks["smoke-model"]["mismatches"] == [] and cks["moe"]["mismatches"] == []
+
+
+# --- check-model --image -------------------------------------------------------------------
+
+def test_check_model_says_where_the_wheels_and_the_engine_disagree(mixed_ckpt):
+    from dataclasses import replace
+
+    from builder.checks.checkmodel import check_model
+    from builder.workspace import Workspace
+
+    report = check_model(Workspace.open(ROOT / "images"), str(mixed_ckpt), "sglang-blackwell")
+    assert report.disagreement is None and report.in_image is None
+    ok = {"ok": True, "mismatches": [], "engine": "sglang"}
+    bad = {"ok": False, "mismatches": [{"module": "m", "arch": "sm100"}], "engine": "sglang"}
+    if report.errors:
+        agree = replace(report, in_image=bad, image="x")
+        assert agree.disagreement is None and agree.exit_code == 1
+        differ = replace(report, in_image=ok, image="x")
+        kinds = ", ".join(sorted({f.kind for f in report.errors}))
+        assert differ.disagreement.startswith(f"check-model finds errors ({kinds}) that the "
+                                              "image's engine does not show")
+    else:
+        assert replace(report, in_image=ok, image="x").disagreement is None
+        differ = replace(report, in_image=bad, image="x")
+        assert differ.disagreement.startswith("check-model's reading of the locked wheels finds "
+                                              "no error, but the image's engine does not give")
+        assert differ.exit_code == 1
+    doc = replace(report, in_image=bad, image="img:1").to_dict()
+    assert doc["in_image"]["image"] == "img:1" and doc["in_image"]["report"] == bad
+
+
+@pytest.mark.slow
+def test_check_model_asks_the_images_own_engine(sglang_0516_image, smoke_checkpoints):
+    mixed = smoke_checkpoints["mixed"]
+    r = run_imgbuild("check-model", str(mixed), "--image", sglang_0516_image, "--json")
+    doc = json.loads(r.stdout)
+    assert doc["target"] == TARGET  # from the image's label
+    rep = doc["in_image"]["report"]
+    assert rep["ok"] is True and rep["version"] == "0.5.16" and rep["modules_checked"] == 15
+    # The engine's answer is about schemes; check-model's fused-layer reading goes further.
+    assert doc["in_image"]["disagreement"] is None or "fused-projection" in \
+        doc["in_image"]["disagreement"]
+    r = run_imgbuild("check-model", str(mixed), "--image", "imgbuild:no-such-image")
+    assert r.returncode == 2 and "image imgbuild:no-such-image is not here" in r.stderr

@@ -19,7 +19,7 @@ def test_the_headline_command_builds_smokes_and_tags_here(docker_client):
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads(r.stdout)
     stages = {s["name"]: s for s in d["smoke"]["stages"]}
-    for name in ("environment", "kernels", "toolchain", "checkpoint-cpu"):
+    for name in ("environment", "kernels", "toolchain", "checkpoint-cpu", "engine-schemes"):
         assert stages[name]["status"] == "pass", (name, stages[name]["reason"])
     tc = stages["toolchain"]["details"]
     assert {a: c["sm"] for a, c in tc["cubins"].items()} == {"sm100": 100, "sm120": 120}

@@ -26,6 +26,10 @@ def test_the_sglang_slim_image_builds_and_passes_its_smoke_test(docker_client):
         assert stages["gpu-engine"]["reason"] == "skipped: no GPU"
     # What runs on CPU inside the image passes: the locked versions, the kernel files
     # scanned, the smoke checkpoint through compressed-tensors.
-    for name in ("environment", "kernels", "checkpoint-cpu"):
+    for name in ("environment", "kernels", "checkpoint-cpu", "engine-schemes"):
         assert stages[name]["status"] == "pass", stages[name]
+    # SGLang 0.5.23's own scheme choice, every layer of the four checkpoints on both archs.
+    schemes = stages["engine-schemes"]["details"]["checkpoints"]
+    assert sorted(schemes) == ["ignore-parent", "mixed-precision", "moe", "smoke-model"]
+    assert all(c["mismatches"] == [] and c["modules_checked"] > 0 for c in schemes.values())
     assert out["size_bytes"] > 5e9  # the real engine, not a stand-in

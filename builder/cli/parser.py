@@ -127,7 +127,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check-model", parents=[common],
                        help="lint a checkpoint's config.json against a target's locked engine")
     s.add_argument("model", metavar="PATH|ALIAS")
-    s.add_argument("--target", required=True)
+    s.add_argument("--target", help="the target whose locked engine to read (with --image: "
+                                     "the image's own target by default)")
+    s.add_argument("--image", help="also ask this image's engine, in a container with no "
+                                   "network, which scheme each layer gets (config.json and "
+                                   "tensor names only; no weights are read)")
     s.add_argument("--fix", metavar="OUT", help="write a corrected config.json (original kept "
                    "beside it) whose ignore list ignores exactly the same modules")
     s = sub.add_parser("matrix", parents=[common], help="CI jobs from images/: github, bake, json")

@@ -1045,6 +1045,77 @@ def _flashinfer_jit(archs: list[str], work: Path, details: dict[str, Any]) -> tu
                   f"{details['flashinfer_jit']['seconds']} s")
 
 
+SCHEME_PROBES = "scheme-probes.json"  # beside this file: checkpoints as config and names
+
+
+def _probe_dirs(model_dir: Path | None, here: Path, tmp: Path) -> dict[str, Path]:
+    """The checkpoints the engine is asked about: the image's smoke model, and the scheme
+    probes (a quantization config and tensor names each, written as config.json and a
+    safetensors index: an engine picks a layer's scheme from those alone)."""
+    dirs: dict[str, Path] = {}
+    if model_dir is not None and (model_dir / "config.json").is_file():
+        dirs["smoke-model"] = model_dir
+    probes = here / SCHEME_PROBES
+    if probes.is_file():
+        for name, p in sorted(json.loads(probes.read_text())["probes"].items()):
+            d = tmp / name
+            d.mkdir()
+            (d / "config.json").write_text(json.dumps({"quantization_config":
+                                                       p["quantization_config"]}))
+            (d / "model.safetensors.index.json").write_text(json.dumps(
+                {"weight_map": dict.fromkeys(p["tensors"], "model.safetensors")}))
+            dirs[name] = d
+    return dirs
+
+
+def check_engine_schemes(model_dir: Path | None, facts: dict[str, Any],
+                         here: Path) -> tuple[str, str, dict[str, Any]]:
+    """The image's own engine, on CPU: its CompressedTensorsConfig parses each checkpoint's
+    quantization config and its scheme selection is asked for every layer, on each of the
+    image's GPU archs (the capability query answered for the arch). Every quantized layer must
+    get the scheme its group declares, every other layer none (engine_schemes.py)."""
+    import tempfile
+
+    engine = facts.get("engine")
+    if engine not in ("sglang", "vllm"):
+        return SKIPPED, f"skipped: no serving engine in this image ({engine or 'none'})", {}
+    sys.path.insert(0, str(here))
+    try:
+        import engine_schemes as es
+    finally:
+        sys.path.remove(str(here))
+    archs = [a for a in facts.get("archs") or [] if a in es.ARCH_CAPABILITY]
+    if not archs:
+        return SKIPPED, "skipped: none of the image's archs is a GPU arch the probe knows", {}
+    with tempfile.TemporaryDirectory(prefix="imgbuild-schemes-") as t:
+        dirs = _probe_dirs(model_dir, here, Path(t))
+        if not dirs:
+            return SKIPPED, "skipped: no checkpoint to ask the engine about", {}
+        reports = {name: es.run(d, engine, archs) for name, d in dirs.items()}
+    bad = []  # per checkpoint: how many layers went wrong, and the first, as the engine said
+    for name, r in reports.items():
+        if r.get("error"):
+            bad.append(f"{name}: {r['error']}")
+        ms = r["mismatches"]
+        if ms:
+            m = ms[0]
+            bad.append(f"{name}: {len(ms)} mismatch{'es' if len(ms) != 1 else ''}, first "
+                       f"{m['module']} on {m['arch']}: declared {m['declared']}, got "
+                       f"{m['got'] or 'no scheme'}" + (f" ({m['error']})" if m.get("error") else ""))
+    modules = sum(r["modules_checked"] for r in reports.values())
+    details = {"archs": archs, "checkpoints": {
+        name: {k: r.get(k) for k in ("modules_checked", "mismatches", "chosen", "unchecked",
+                                     "error", "seconds", "version")}
+        for name, r in reports.items()}}
+    version = next((r.get("version") for r in reports.values() if r.get("version")), "")
+    if bad:
+        return FAIL, (f"{engine} {version} did not give every layer its declared scheme: "
+                      + "; ".join(bad)), details
+    return PASS, (f"{engine} {version} gave each of {modules} layers in {len(reports)} "
+                  f"checkpoints ({', '.join(reports)}) its declared scheme on "
+                  f"{', '.join(archs)}"), details
+
+
 def check_kernels(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """The kernel libraries whose GPU code was read from the locked wheels (plan's coverage
     table) are installed unchanged: byte for byte the files that were scanned."""
@@ -1079,6 +1150,8 @@ def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",
         stages.insert(1, _stage("patches", lambda: check_patches(f, facts.parent)))
         stages.insert(2, _stage("kernels", lambda: check_kernels(f)))
         stages.insert(3, _stage("toolchain", lambda: check_toolchain(f)))
+        stages.append(_stage("engine-schemes",
+                             lambda: check_engine_schemes(model, f, facts.parent)))
     eng = engine or f.get("engine") or "transformers"
     if gpu == "off":
         stages.append(_skipped("gpu-engine", "skipped: --gpu off"))

@@ -32,6 +32,30 @@ class Report:
     compressed_tensors: str | None = None
     fix: FixResult | None = None
     analysis: IgnoreAnalysis | None = None
+    # --image: the image's engine asked about every layer (engine_schemes.py's report)
+    in_image: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    image: str | None = None
+
+    @property
+    def disagreement(self) -> str | None:
+        """Where the reading of the wheels and the engine's own answer differ, in words."""
+        if self.in_image is None:
+            return None
+        static_ok = not self.errors
+        engine_ok = bool(self.in_image.get("ok"))
+        if static_ok and not engine_ok:
+            return ("check-model's reading of the locked wheels finds no error, but the image's "
+                    "engine does not give every layer its declared scheme: the engine's answer "
+                    "holds (its code ran); the wheels' facts (images/checks/engines.yaml) miss "
+                    "this case")
+        if engine_ok and not static_ok:
+            kinds = ", ".join(sorted({f.kind for f in self.errors}))
+            return (f"check-model finds errors ({kinds}) that the image's engine does not show "
+                    "in its scheme choice: the engine's run covers which scheme each layer gets, "
+                    "not loading the weights, memory or kernels, so an error of those kinds "
+                    "stands; one about schemes means the image differs from the wheels read "
+                    "(a patch, another version)")
+        return None
 
     @property
     def errors(self) -> list[Finding]:
@@ -47,7 +71,8 @@ class Report:
             done = set(self.fix.ignore_added)
             errors = [f for f in errors if not (f.kind == "fused-projection" and (
                 set(f.examples) <= done or self.fix.packed_added))]
-        return 1 if any(f.kind not in fixed for f in errors) else 0
+        engine_failed = self.in_image is not None and not self.in_image.get("ok")
+        return 1 if engine_failed or any(f.kind not in fixed for f in errors) else 0
 
     def to_dict(self) -> dict[str, Any]:
         c = self.checkpoint
@@ -59,6 +84,9 @@ class Report:
                 "ignore": self.analysis.to_dict() if self.analysis else None,
                 "findings": [f.to_dict() for f in self.findings],
                 "fix": self.fix.to_dict() if self.fix else None,
+                "in_image": ({"image": self.image, "report": self.in_image,
+                              "disagreement": self.disagreement}
+                             if self.in_image is not None else None),
                 "exit_code": self.exit_code}
 
 

@@ -84,6 +84,30 @@ def _check_model_human(report: checkmodel.Report, console: Console) -> None:
     if not report.findings:
         console.print(Text(f"ok: nothing in config.json that {engine_label(b)} would "
                            f"mishandle", style="green"))
+    if report.in_image is not None:
+        _in_image(report, console)
+
+
+def _in_image(report: checkmodel.Report, console: Console) -> None:
+    """What the image's own engine answered, and where it and the wheels' reading differ."""
+    r = report.in_image or {}
+    head = (f"in {report.image}: {r.get('engine')} {r.get('version') or '?'} on "
+            f"{', '.join(r.get('archs') or [])}: {r.get('modules_checked', 0)} layers asked")
+    if r.get("error"):
+        console.print(Text(f"{head}; the engine failed: {r['error']}", style="bold red"),
+                      soft_wrap=True)
+    elif r.get("mismatches"):
+        console.print(Text(f"{head}; {len(r['mismatches'])} did not get their declared scheme:",
+                           style="bold red"), soft_wrap=True)
+        for m in r["mismatches"][:10]:
+            console.print(Text(f"  {m['module']} on {m['arch']}: declared {m['declared']}, got "
+                               f"{m['got'] or 'no scheme'}"
+                               + (f" ({m['error']})" if m.get("error") else "")), soft_wrap=True)
+    else:
+        console.print(Text(f"{head}; each got its declared scheme", style="green"),
+                      soft_wrap=True)
+    if report.disagreement:
+        console.print(Text(f"disagree: {report.disagreement}", style="yellow"), soft_wrap=True)
 
 
 # --- doctor ---
