@@ -592,3 +592,47 @@ def test_check_model_asks_the_images_own_engine(sglang_0516_image, smoke_checkpo
         doc["in_image"]["disagreement"]
     r = run_imgbuild("check-model", str(mixed), "--image", "imgbuild:no-such-image")
     assert r.returncode == 2 and "image imgbuild:no-such-image is not here" in r.stderr
+
+
+def _kernel_refusing(name: str) -> type:
+    """A scheme class as vLLM writes them: it picks a kernel in its constructor, which fails
+    where no GPU is."""
+    def __init__(self):
+        raise ValueError("Failed to find a kernel that can implement the NVFP4 linear layer.")
+    return type(name, (), {"__init__": __init__, "__module__": "fake.compressed_tensors.schemes"})
+
+
+class KernelEngine(ExactEngine):
+    """Chooses like ExactEngine, then builds the scheme as vLLM does; its MoE needs a runtime."""
+
+    def linear(self, cfg, check):
+        got = super().linear(cfg, check)
+        return None if got is None else _kernel_refusing(type(got).__name__)()
+
+    def moe(self, cfg, check):
+        raise es.NotAskable("the MoE method reads a config only the runtime builds")
+
+
+def test_a_scheme_chosen_but_not_built_without_a_gpu_is_the_engines_choice(mixed_ckpt,
+                                                                           monkeypatch):
+    monkeypatch.setitem(es.ENGINES, "sglang", KernelEngine)
+    rep = es.run(mixed_ckpt, "sglang", ["sm100"])
+    assert rep["ok"] is True and rep["mismatches"] == []
+    assert rep["chosen"]["sm100"] == {"CompressedTensorsW4A4Fp4": 6,
+                                      "CompressedTensorsW8A8Fp8": 8, "none": 1}
+    built = rep["kernel_not_built"]
+    assert len(built) == 14 and {k["scheme"] for k in built} == {
+        "CompressedTensorsW4A4Fp4", "CompressedTensorsW8A8Fp8"}
+    assert built[0]["error"] == ("ValueError: Failed to find a kernel that can implement the "
+                                 "NVFP4 linear layer.")
+    # An error raised outside a scheme's constructor stays a mismatch.
+    assert es._constructing(ValueError("x")) is None
+
+    facts = {"engine": "sglang", "archs": ["sm100"]}
+    status, reason, _ = stage(mixed_ckpt, facts, monkeypatch, KernelEngine)
+    assert status == "pass"
+    assert reason == (
+        "sglang 0.0-fake gave each of 56 layers in 4 checkpoints (smoke-model, ignore-parent, "
+        "mixed-precision, moe) its declared scheme on sm100; 2 not asked (e.g. "
+        "model.layers.0.mlp.experts: not asked: the MoE method reads a config only the runtime "
+        "builds); 14 chosen whose kernel is picked on a GPU")

@@ -306,7 +306,8 @@ def judge(engine: str, check: Check, arch: str, got: str | None, bases: tuple[st
 def build_report(*, engine: str, version: str | None, archs: list[str], model: str,
                  names_from: str, checks: list[Check], mismatches: list[dict[str, Any]],
                  chosen: dict[str, Counter], unchecked: list[str], seconds: dict[str, float],
-                 error: str | None = None) -> dict[str, Any]:
+                 error: str | None = None,
+                 kernels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "engine": engine, "version": version, "archs": archs, "model": model,
         "names_from": names_from,
@@ -316,6 +317,8 @@ def build_report(*, engine: str, version: str | None, archs: list[str], model: s
         "chosen": {a: dict(sorted(c.items())) for a, c in chosen.items()},
         "unchecked": unchecked,
         "mismatches": mismatches,
+        # chosen, but building the scheme failed on its kernel for a GPU that is not here
+        "kernel_not_built": kernels or [],
         "error": error,
         "ok": error is None and not mismatches,
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
@@ -432,7 +435,24 @@ class VLLM(Engine):
 
         layer = _fused_moe_stub()
         layer.moe_config = None  # a real FusedMoEConfig needs the distributed runtime
-        return ctm.CompressedTensorsMoEMethod.get_moe_method(cfg, layer, layer_name=check.name)
+        # the checkpoint's names of an expert's projections (vLLM's FusedMoE carries them)
+        layer.ckpt_gate_proj_name, layer.ckpt_up_proj_name, layer.ckpt_down_proj_name = (
+            "gate_proj", "up_proj", "down_proj")
+        try:  # the MoE methods read the current engine config; a default one stands in
+            from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+            # (no GPU here to infer the device from: the image serves on CUDA)
+            current = set_current_vllm_config(VllmConfig(device_config=DeviceConfig("cuda")))
+        except Exception:  # noqa: BLE001 - older releases read none
+            current = contextlib.nullcontext()
+        with current:
+            try:
+                return ctm.CompressedTensorsMoEMethod.get_moe_method(cfg, layer,
+                                                                     layer_name=check.name)
+            except AttributeError as e:
+                if "'NoneType'" not in str(e):
+                    raise
+                raise NotAskable("vLLM's MoE method choice reads a FusedMoEConfig that only its "
+                                 f"distributed runtime builds ({_error_text(e)})") from None
 
 
 ENGINES = {"sglang": SGLang, "vllm": VLLM}
@@ -477,31 +497,48 @@ def run(model: Path, engine_name: str, archs: list[str]) -> dict[str, Any]:
     seconds["import"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    mismatches, chosen, failed = [], {}, None
+    mismatches, chosen, failed, kernels = [], {}, None, []
     with contextlib.redirect_stdout(sys.stderr):
         for arch in archs:
             try:
-                chosen[arch] = _check_arch(engine, engine_name, qcfg, checks, arch, mismatches)
+                chosen[arch] = _check_arch(engine, engine_name, qcfg, checks, arch, mismatches,
+                                           kernels)
             except Exception as e:  # noqa: BLE001 - answering the arch's capability failed
                 failed = f"{arch}: could not answer the engine's GPU queries: {_error_text(e)}"
                 break
     seconds["check"] = time.monotonic() - t0
     return build_report(version=engine.version, mismatches=mismatches, chosen=chosen,
-                        seconds=seconds, error=failed, **common)
+                        seconds=seconds, error=failed, kernels=kernels, **common)
 
 
 def _check_arch(engine: Engine, engine_name: str, qcfg: dict[str, Any], checks: list[Check],
-                arch: str, mismatches: list[dict[str, Any]]) -> Counter:
+                arch: str, mismatches: list[dict[str, Any]],
+                kernels: list[dict[str, Any]] | None = None) -> Counter:
     """Every check on one arch; mismatches appended; what the engine chose, counted."""
     counts: Counter = Counter()
+    kernels = [] if kernels is None else kernels
     with engine.device(ARCH_CAPABILITY[arch]):
         cfg = engine.parse(qcfg)  # fresh per arch: the MoE path edits its target map
         for check in checks:
             got, bases, error = None, (), None
             try:
                 scheme = (engine.linear if check.path == "linear" else engine.moe)(cfg, check)
+            except NotAskable as e:
+                kernels.append({"module": check.name, "arch": arch, "scheme": None,
+                                "error": f"not asked: {e}"})
+                counts["not asked"] += check.covers
+                continue
             except Exception as e:  # noqa: BLE001 - the engine's own refusal is the finding
                 error = _error_text(e)
+                chosen = _constructing(e)
+                if chosen is not None:
+                    # The engine chose this scheme; building it failed on the kernel it picks
+                    # for a GPU that is not here (vLLM chooses kernels in the constructor).
+                    # The choice is what this probe checks; the kernel is the GPU stage's.
+                    got, bases = chosen.__name__, tuple(c.__name__ for c in chosen.__mro__)
+                    kernels.append({"module": check.name, "arch": arch, "scheme": got,
+                                    "error": error})
+                    error = None
             else:
                 if scheme is not None:
                     got = type(scheme).__name__
@@ -511,6 +548,26 @@ def _check_arch(engine: Engine, engine_name: str, qcfg: dict[str, Any], checks: 
             if bad:
                 mismatches.append(bad)
     return counts
+
+
+class NotAskable(Exception):
+    """The engine cannot be asked this without what only a GPU run builds: not a mismatch,
+    reported apart (`not_asked`)."""
+
+
+def _constructing(e: BaseException) -> type | None:
+    """The scheme class whose constructor raised `e`, if it was one (a frame of `__init__`
+    whose `self` is a compressed-tensors scheme or MoE method of the engine)."""
+    tb = e.__traceback__
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        me = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+        if me is not None and type(me).__name__.startswith("CompressedTensors") and \
+                "compressed_tensors" in type(me).__module__:
+            found = found or type(me)  # the outermost: the class the engine asked for
+        tb = tb.tb_next
+    return found
 
 
 def _installed(name: str) -> str | None:

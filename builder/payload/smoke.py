@@ -1105,15 +1105,22 @@ def check_engine_schemes(model_dir: Path | None, facts: dict[str, Any],
     modules = sum(r["modules_checked"] for r in reports.values())
     details = {"archs": archs, "checkpoints": {
         name: {k: r.get(k) for k in ("modules_checked", "mismatches", "chosen", "unchecked",
-                                     "error", "seconds", "version")}
+                                     "kernel_not_built", "error", "seconds", "version")}
         for name, r in reports.items()}}
     version = next((r.get("version") for r in reports.values() if r.get("version")), "")
     if bad:
         return FAIL, (f"{engine} {version} did not give every layer its declared scheme: "
                       + "; ".join(bad)), details
-    return PASS, (f"{engine} {version} gave each of {modules} layers in {len(reports)} "
-                  f"checkpoints ({', '.join(reports)}) its declared scheme on "
-                  f"{', '.join(archs)}"), details
+    # What the engine could not be asked without a GPU run is said, not passed over.
+    asked = [k for r in reports.values() for k in r.get("kernel_not_built") or []]
+    not_asked = sorted({k["module"] for k in asked if k["scheme"] is None})
+    no_kernel = sorted({k["module"] for k in asked if k["scheme"] is not None})
+    notes = ([f"{len(not_asked)} not asked (e.g. {not_asked[0]}: "
+              f"{next(k['error'] for k in asked if k['scheme'] is None)})"] if not_asked else []) \
+        + ([f"{len(no_kernel)} chosen whose kernel is picked on a GPU"] if no_kernel else [])
+    return PASS, (f"{engine} {version} gave each of {modules - len(not_asked)} layers in "
+                  f"{len(reports)} checkpoints ({', '.join(reports)}) its declared scheme on "
+                  f"{', '.join(archs)}" + (f"; {'; '.join(notes)}" if notes else "")), details
 
 
 def check_kernels(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
