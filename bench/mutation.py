@@ -40,9 +40,10 @@ from bench.machine import machine  # noqa: E402
 MUTMUT = str(ROOT / ".venv" / "bin" / "mutmut")
 # module -> the tests that exercise it without Docker, PyPI or gigabytes
 MODULES: dict[str, list[str]] = {
-    "builder/plan/key.py": ["tests/test_content_key.py", "tests/test_plan_render.py"],
+    "builder/plan/key.py": ["tests/test_content_key.py", "tests/test_plan_render.py",
+                            "tests/test_key_mutants.py"],
     "builder/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py",
-                                  "tests/test_conflicts_text.py"],
+                                  "tests/test_conflicts_text.py", "tests/test_conflicts_mutants.py"],
     "builder/checks/drift.py": ["tests/test_drift.py", "tests/test_survivors.py",
                                 "tests/test_offline_twins.py", "tests/test_drift_mutants.py"],
     "builder/checks/checkmodel/names.py": ["tests/test_checkmodel.py",
