@@ -55,7 +55,8 @@ MODULES: dict[str, list[str]] = {
                                          "tests/test_checkmodel_mutants.py"],
     "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py",
                                  "tests/test_patcher_behaviour.py"],
-    "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py"],
+    "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py",
+                                   "tests/test_patcher_mutants.py"],
 }
 EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
 KINDS = ("equivalent", "harmless")
