@@ -537,3 +537,29 @@ def test_the_probe_command_prints_sorted_json_from_the_report(tmp_path, capsys):
         '{\n  "ok": true,\n  "probes": [\n    {\n      "detail": "passed",\n'
         '      "id": "demo-fix",\n      "probe": "pass",\n      "status": "applied",\n'
         '      "version": "1.2.0"\n    }\n  ]\n}\n')
+
+
+def test_bytecode_levels_do_not_follow_the_interpreter_running_the_patcher(tmp_path):
+    """Under PYTHONOPTIMIZE (or -O) the plain .pyc is still compiled unoptimized: the image's
+    Python, run without it, loads that file with its asserts."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "m.py"
+    src.write_text("DEBUG = __debug__\n")
+    pycs = {}
+    for opt in ("", 1):
+        p = Path(importlib.util.cache_from_source(str(src), optimization=opt))
+        py_compile.compile(str(src), cfile=str(p), doraise=True, optimize=opt or 0)
+        pycs[opt] = p
+    src.write_text("DEBUG = __debug__\nX = 7654321\n")
+    root = Path(patcher.__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", "import sys; from builder.payload import patcher; "
+                        "patcher._recompile(__import__('pathlib').Path(sys.argv[1]))", str(src)],
+                       env=dict(os.environ, PYTHONOPTIMIZE="1", PYTHONPATH=str(root)),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for opt, p in pycs.items():
+        assert 7654321 in marshal.loads(p.read_bytes()[16:]).co_consts, p.name
+        assert _level_consts(p) is (opt == ""), p.name

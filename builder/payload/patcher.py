@@ -553,7 +553,9 @@ def _recompile(src: Path) -> None:
                 1: py_compile.PycInvalidationMode.UNCHECKED_HASH,
                 3: py_compile.PycInvalidationMode.CHECKED_HASH}.get(
                     flags, py_compile.PycInvalidationMode.TIMESTAMP)
-        opt = 2 if ".opt-2." in pyc.name else 1 if ".opt-1." in pyc.name else -1
+        # Each file at its own level: 0 for the plain .pyc (py_compile's -1 would take the
+        # level of the interpreter running this, e.g. under PYTHONOPTIMIZE).
+        opt = 2 if ".opt-2." in pyc.name else 1 if ".opt-1." in pyc.name else 0
         py_compile.compile(str(src), cfile=str(pyc), doraise=True, invalidation_mode=mode,
                            optimize=opt)
 
