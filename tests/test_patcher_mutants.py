@@ -563,3 +563,11 @@ def test_bytecode_levels_do_not_follow_the_interpreter_running_the_patcher(tmp_p
     for opt, p in pycs.items():
         assert 7654321 in marshal.loads(p.read_bytes()[16:]).co_consts, p.name
         assert _level_consts(p) is (opt == ""), p.name
+
+
+def test_a_marker_after_an_empty_hunk_is_a_malformed_diff_not_a_crash():
+    with pytest.raises(ValueError) as e:
+        patcher.parse_diff("--- a/x.py\n+++ b/x.py\n@@ -0,0 +0,0 @@\n"
+                           "\\ No newline at end of file\n")
+    assert str(e.value) == ("x.py: @@ -0,0 +0,0 @@: a hunk needs context lines (make the diff "
+                            "with `diff -u`)")

@@ -197,7 +197,7 @@ def parse_diff(text: str) -> list[FileDiff]:
             if n_old != h.old_len or n_new != h.new_len:
                 raise ValueError(f"{files[-1].path}: {h.header}: the hunk has {n_old} old and "
                                  f"{n_new} new lines, its header says {h.old_len} and {h.new_len}")
-            if i < len(lines) and lines[i].startswith("\\"):
+            if i < len(lines) and lines[i].startswith("\\") and last:
                 for side in last:
                     side[-1] = side[-1].rstrip("\r\n")
                 h.body[-1] = (h.body[-1][0], h.body[-1][1].rstrip("\r\n"))
