@@ -102,8 +102,9 @@ def test_an_added_span_is_present_though_the_context_inside_it_is_there_too():
 def test_a_removal_that_matches_neither_side_is_named():
     fd = one_file(HDR + "@@ -1,3 +1,2 @@\n a\n-b\n c\n")
     r = patcher.apply_file(fd, lines("a", "X", "c"))
-    assert r.error == ("hunk #1 (@@ -1,3 +1,2 @@) does not apply: closest at line 1 (2 of 3 "
-                       "lines match); line 2: expected 'b', found 'X'")
+    assert r == FileResult("m.py", [], None, "hunk #1 (@@ -1,3 +1,2 @@) does not apply: "
+                           "closest at line 1 (2 of 3 lines match); line 2: expected 'b', "
+                           "found 'X'")
 
 
 def test_a_later_hunk_never_matches_inside_an_earlier_present_one():
@@ -200,6 +201,8 @@ def test_core_and_neighbours_span_every_changed_line():
     assert h.core("new") == ["k\n", "y\n", "k2\n"]
     assert h.core("old") == ["x\n", "k\n", "k2\n", "z\n"]
     assert h.core_neighbours() == ("c1\n", "c3\n")
+    (e,) = one_file(HDR + "@@ -1,3 +1,2 @@\n c\n-x\n-z\n+y\n").hunks
+    assert e.core_neighbours() == ("c\n", None)
 
 
 # --- versions at their edges (packaging agrees with each) ----------------------------------
@@ -232,6 +235,7 @@ def test_find_dist_reads_metadata_with_bad_bytes_and_without_name_or_version(tmp
     assert patcher.find_dist(site, "b") == patcher.Dist("b", "", site / "b-2.dist-info")
     assert patcher.find_dist(site, "c") == patcher.Dist("c", "3", site / "c-3.dist-info")
     assert patcher.find_dist(site, "a") is None
+    assert patcher.find_dist(site, "XXXX") is None  # a METADATA without a Name matches none
 
 
 # --- RECORD rows of every shape ----------------------------------------------------------------
