@@ -55,6 +55,8 @@ MODULES: dict[str, list[str]] = {
                                          "tests/test_checkmodel_mutants.py"],
     "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py",
                                  "tests/test_patcher_behaviour.py"],
+    # the smoke gate's decision (its effects, tag moves and pushes, need the Engine)
+    "builder/pipeline/build.py": ["tests/test_gate_decision.py"],
     "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py",
                                    "tests/test_patcher_mutants.py"],
 }

@@ -243,17 +243,13 @@ def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smo
             with progress.status(f"smoke-testing {plan.ref()} in a container with no network "
                                  f"(versions, patches, kernels, the smoke model)"):
                 report = smoke.run(plan.ref())
-    if report is None:
-        held = "no smoke test ran (--no-smoke)" if plan.smoke_model else \
-            "the target has no smoke model"
-        if force:
-            return Gate(None, True, None, forced=True)
-        progress.note(f"moving tags not moved: {held}")
-        return Gate(None, False, held)
-    if report.ok:
-        return Gate(report, True, forced=force)
+    decided = decide(report, has_smoke_model=bool(plan.smoke_model), force=force)
+    if report is None or report.ok:
+        if decided.held:
+            progress.note(f"moving tags not moved: {decided.held}")
+        return decided
     facts = [f"{s_['name']}: {s_['status']}: {s_.get('reason') or ''}" for s_ in report.stages]
-    if not force:
+    if not decided.open:
         # The content tag must not claim a finished, good image: move it aside.
         failed_ref = plan.ref(plan.content_tag + "-smoke-failed")
         client.images.get(plan.ref()).tag(*failed_ref.rsplit(":", 1))
@@ -263,7 +259,22 @@ def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smo
                              f"`imgbuild smoke {failed_ref}` reruns the check")
     progress.note(f"FORCED: the smoke test FAILED for {plan.ref()} and --force moves its tags "
                   "anyway; the image is labelled io.imgbuild.smoke-gate=forced", level="warn")
-    return Gate(report, True, None, forced=True)
+    return decided
+
+
+def decide(report: smoke.SmokeReport | None, *, has_smoke_model: bool, force: bool) -> Gate:
+    """The gate itself: the moving tags move on a passing report, or with --force; without a
+    report (no smoke test ran, or the target has none) they stay, and `held` says why."""
+    if report is None:
+        if force:
+            return Gate(None, True, None, forced=True)
+        return Gate(None, False, "no smoke test ran (--no-smoke)" if has_smoke_model else
+                    "the target has no smoke model")
+    if report.ok:
+        return Gate(report, True, forced=force)
+    if force:
+        return Gate(report, True, None, forced=True)
+    return Gate(report, False, "the smoke test failed")
 
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
