@@ -34,7 +34,6 @@ import importlib
 import importlib.metadata
 import json
 import re
-import struct
 import sys
 import time
 from collections import Counter
@@ -55,16 +54,17 @@ ARCH_CAPABILITY: dict[str, tuple[int, int]] = {
 # Declared scheme (classify_group) -> engine scheme class names accepted, per engine and path.
 # A class matches when it or one of its bases has the name. A declared scheme missing from a
 # path's table is reported under `unchecked` (no expectation), not as a mismatch.
+LINEAR: dict[str, tuple[str, ...]] = {
+    "W4A4_NVFP4": ("CompressedTensorsW4A4Fp4",),
+    "W4A16_NVFP4": ("CompressedTensorsW4A16Fp4",),
+    "W8A8_FP8": ("CompressedTensorsW8A8Fp8",),
+    "W8A16_FP8": ("CompressedTensorsW8A16Fp8",),
+    "W8A8_INT8": ("CompressedTensorsW8A8Int8",),
+    "WNA16_INT": ("CompressedTensorsWNA16",),
+}
 EXPECTED: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
     "sglang": {
-        "linear": {
-            "W4A4_NVFP4": ("CompressedTensorsW4A4Fp4",),
-            "W4A16_NVFP4": ("CompressedTensorsW4A16Fp4",),
-            "W8A8_FP8": ("CompressedTensorsW8A8Fp8",),
-            "W8A16_FP8": ("CompressedTensorsW8A16Fp8",),
-            "W8A8_INT8": ("CompressedTensorsW8A8Int8",),
-            "WNA16_INT": ("CompressedTensorsWNA16",),
-        },
+        "linear": LINEAR,
         "moe": {
             "W4A4_NVFP4": ("CompressedTensorsW4A4Nvfp4MoE",),
             "W4A16_NVFP4": ("CompressedTensorsW4A16Nvfp4MoE",),
@@ -74,14 +74,7 @@ EXPECTED: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
         },
     },
     "vllm": {
-        "linear": {
-            "W4A4_NVFP4": ("CompressedTensorsW4A4Fp4",),
-            "W4A16_NVFP4": ("CompressedTensorsW4A16Fp4",),
-            "W8A8_FP8": ("CompressedTensorsW8A8Fp8",),
-            "W8A16_FP8": ("CompressedTensorsW8A16Fp8",),
-            "W8A8_INT8": ("CompressedTensorsW8A8Int8",),
-            "WNA16_INT": ("CompressedTensorsWNA16",),
-        },
+        "linear": LINEAR,  # vLLM's linear schemes carry the same names as SGLang's
         "moe": {
             "W4A4_NVFP4": ("CompressedTensorsW4A4Nvfp4MoEMethod", "CompressedTensorsW4A4MoeMethod"),
             "W4A16_NVFP4": ("CompressedTensorsW4A4Nvfp4MoEMethod",),  # use_a16=True
@@ -107,7 +100,6 @@ QUANT_SUFFIXES = frozenset({
 NOT_LINEAR = re.compile(r"(^|\.)(embed_tokens|embeddings?|wte|wpe|word_embeddings)$|norm$")
 EXPERT = re.compile(r"^(?P<block>.+\.experts)\.(?P<idx>\d+)\.(?P<proj>[^.]+)$")
 
-MAX_HEADER = 512 * 1024 * 1024
 
 
 class ProbeInputError(Exception):
@@ -128,20 +120,11 @@ class Module:
 
 
 def safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
-    """name -> {dtype, shape} from a .safetensors file's JSON header."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ProbeInputError(f"{path}: not a safetensors file (shorter than its header)")
-        (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER:
-            raise ProbeInputError(f"{path}: not a safetensors file (header length {n})")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise ProbeInputError(f"{path}: unreadable safetensors header ({e})") from None
-    if not isinstance(header, dict):
-        raise ProbeInputError(f"{path}: not a safetensors file (header is not an object)")
+    """name -> {dtype, shape} from a .safetensors file's JSON header (smoke.py reads it)."""
+    try:
+        header = _smoke().read_safetensors_header(path)
+    except ValueError as e:
+        raise ProbeInputError(str(e)) from None
     return {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
@@ -570,11 +553,18 @@ def _constructing(e: BaseException) -> type | None:
     return found
 
 
-def _installed(name: str) -> str | None:
+def _smoke():
+    """smoke.py, beside this file: imported as builder.payload.smoke on the host, as a script's
+    neighbour in the image (/opt/imgbuild)."""
     try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        from . import smoke
+    except ImportError:
+        import smoke  # type: ignore[no-redef]
+    return smoke
+
+
+def _installed(name: str) -> str | None:
+    return _smoke()._version(name)
 
 
 def render_text(report: dict[str, Any]) -> str:

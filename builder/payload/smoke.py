@@ -273,13 +273,26 @@ def file_manifest(model_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+MAX_HEADER = 512 * 1024 * 1024  # a header claiming more is not a safetensors file
+
+
 def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file: u64 little-endian length, then that much JSON."""
+    """The JSON header of a safetensors file: u64 little-endian length, then that much JSON
+    (an object of tensors). ValueError, naming the file, for anything else."""
     with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if n <= 0 or n > 100_000_000:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError(f"{path}: not a safetensors file (shorter than its header)")
+        n = int.from_bytes(head, "little")
+        if n <= 0 or n > MAX_HEADER:
             raise ValueError(f"{path}: not a safetensors file (header length {n})")
-        return json.loads(f.read(n))
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise ValueError(f"{path}: unreadable safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (header is not an object)")
+    return header
 
 
 def safetensors_layout(model_dir: Path) -> dict[str, dict[str, Any]]:
