@@ -416,11 +416,13 @@ def smoke_checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 
 def probe(image: str, model: Path, mounts: dict[str, Path] | None = None) -> tuple[int, dict]:
+    # the image's own copy (it carries engine_schemes.py beside smoke.py, which it reads with)
     args = ["run", "--rm", "--network", "none", "-e", "IMGBUILD_PREFLIGHT=0",
-            "-v", f"{Path(es.__file__).resolve()}:/probe.py:ro", "-v", f"{model}:/m:ro"]
+            "-v", f"{model}:/m:ro"]
     for name, path in (mounts or {}).items():
         args += ["-v", f"{path}:{SITE}/{CT}/{name}:ro"]
-    r = _docker(*args, image, "/opt/venv/bin/python", "/probe.py", "--model", "/m",
+    r = _docker(*args, image, "/opt/venv/bin/python", "/opt/imgbuild/engine_schemes.py",
+                "--model", "/m",
                 "--engine", "sglang", "--arch", "sm100", "--arch", "sm120", "--json")
     assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-3000:]
     return r.returncode, json.loads(r.stdout)
