@@ -59,6 +59,9 @@ MODULES: dict[str, list[str]] = {
     "builder/pipeline/build.py": ["tests/test_gate_decision.py"],
     "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py",
                                    "tests/test_patcher_mutants.py"],
+    # the registry client over HTTP, against the Distribution registry binary (no Engine)
+    "builder/image/distribution.py": ["tests/test_registry_client.py"],
+    "builder/image/registry.py": ["tests/test_registry_client.py"],
 }
 EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
 KINDS = ("equivalent", "harmless")

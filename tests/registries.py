@@ -68,6 +68,7 @@ class TokenIssuer:
     issuer: str = "imgbuild-test-issuer"
     port: int = field(default_factory=free_port)
     asked: list[dict] = field(default_factory=list)
+    lifetime: int = 300  # seconds a token is valid; below 0 gives tokens already expired
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,7 @@ class TokenIssuer:
                            "actions": [a for a in actions.split(",") if a in granted]})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "RS256", "x5c": [self.x5c]}
-        claims = {"iss": self.issuer, "sub": user or "", "aud": self.service, "exp": now + 300,
+        claims = {"iss": self.issuer, "sub": user or "", "aud": self.service, "exp": now + self.lifetime,
                   "nbf": now - 10, "iat": now, "jti": uuid.uuid4().hex, "access": access}
         signing = f"{b64url(json.dumps(header).encode())}.{b64url(json.dumps(claims).encode())}"
         sig = openssl("dgst", "-sha256", "-sign", "sign.key", cwd=self.root,
