@@ -116,7 +116,8 @@ class TokenIssuer:
                         return
                     user = u
                 scope = (q.get("scope") or [""])[0]
-                issuer.asked.append({"user": user, "scope": scope})
+                issuer.asked.append({"user": user, "scope": scope,
+                                     "service": (q.get("service") or [None])[0]})
                 body = json.dumps({"token": issuer.token(user, scope)}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

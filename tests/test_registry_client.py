@@ -591,7 +591,7 @@ def test_token_auth_push_and_pull_only(token, config, tmp_path):
     repo = Repository.parse(f"{reg.host}/imgbuild")
     registry.check_reachable(repo)
     digest = registry.push_artifact(repo, "a", ART, {"x": 1}, b"l", "x/y")
-    assert {"user": "pusher", "scope": "repository:imgbuild:pull,push"} in issuer.asked
+    assert {"user": "pusher", "scope": "repository:imgbuild:pull,push", "service": issuer.service} in issuer.asked
     assert set(repo.api.tokens) == {"repository:imgbuild:pull,push"}
     assert registry.fetch_artifact(repo, "a", ART) == (digest, {"x": 1}, b"l")
     assert set(repo.api.tokens) == {"repository:imgbuild:pull,push", "repository:imgbuild:pull"}
@@ -600,7 +600,7 @@ def test_token_auth_push_and_pull_only(token, config, tmp_path):
     repo = Repository.parse(f"{reg.host}/imgbuild")
     n = len(issuer.asked)
     assert registry.fetch_artifact(repo, "a", ART) == (digest, {"x": 1}, b"l")
-    assert issuer.asked[n] == {"user": "reader", "scope": "repository:imgbuild:pull"}
+    assert issuer.asked[n] == {"user": "reader", "scope": "repository:imgbuild:pull", "service": issuer.service}
     # ... and may not push
     with pytest.raises(EnvError) as e:
         registry.push_artifact(repo, "b", ART, {"y": 2}, b"m", "x/y")
@@ -619,7 +619,7 @@ def test_token_auth_without_or_with_wrong_credentials(token, config):
         registry.manifest_digest(repo, "a")
     assert e.value.message == (f"registry {reg.host} asks for credentials, and none are "
                                "configured for it")
-    assert issuer.asked[-1] == {"user": None, "scope": "repository:imgbuild:pull"}
+    assert issuer.asked[-1] == {"user": None, "scope": "repository:imgbuild:pull", "service": issuer.service}
     wrong = random_password()
     login(config, reg.host, "pusher", wrong)
     repo = Repository.parse(f"{reg.host}/imgbuild")
@@ -645,7 +645,7 @@ def test_an_expired_or_refused_token_is_fetched_again(token, config):
     repo.api.tokens[scope] = expired
     n = len(issuer.asked)
     assert registry.manifest_digest(repo, "a") == digest
-    assert issuer.asked[n:] == [{"user": "pusher", "scope": scope}]
+    assert issuer.asked[n:] == [{"user": "pusher", "scope": scope, "service": issuer.service}]
     assert repo.api.tokens[scope] != expired
     repo.api.tokens[scope] = "not-a-token"
     assert registry.fetch_artifact(repo, "a", ART)[0] == digest
@@ -664,7 +664,7 @@ def test_a_request_without_scope_uses_the_challenges(token, config):
     api = Client(reg.host, plain_http_allowed=True)
     r = api.request("GET", "scopeless/tags/list")
     assert r.status_code == 200 and r.json()["tags"] == ["a"]
-    assert issuer.asked[-1] == {"user": "pusher", "scope": "repository:scopeless:pull"}
+    assert issuer.asked[-1] == {"user": "pusher", "scope": "repository:scopeless:pull", "service": issuer.service}
     assert set(api.tokens) == {""}
 
 
@@ -766,3 +766,192 @@ def test_requests_are_not_sent_where_nothing_listens(config):
         api.request("GET", "/v2/")
     with pytest.raises(requests.RequestException):
         requests.get(f"http://{dead}/v2/", timeout=2)
+
+
+# --- a registry (or a proxy in between) that serves other bytes --------------------------------
+
+class Routes(dict):
+    seen: list
+
+
+@pytest.fixture(scope="module")
+def canned():
+    """An HTTP server that answers what a test puts in its routes: path -> (status, headers,
+    body); 404 elsewhere. It stands for a registry, or a proxy in front of one, that serves
+    other bytes than it names: what the digest checks are for."""
+    routes = Routes()
+    seen: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def answer(self, body_too: bool):
+            seen.append((self.command, self.path, self.headers.get("Authorization")))
+            status, headers, body = routes.get(self.path, (404, {}, b""))
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if body_too:
+                self.wfile.write(body)
+
+        def do_GET(self):
+            self.answer(True)
+
+        def do_HEAD(self):
+            self.answer(False)
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    routes.seen = seen  # type: ignore[attr-defined]
+    yield f"127.0.0.1:{server.server_address[1]}", routes
+    server.shutdown()
+    server.server_close()
+
+
+def test_other_bytes_than_the_digest_are_refused(canned, config):
+    host, routes = canned
+    routes.clear()
+    repo = Repository.parse(f"{host}/p")
+    image = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": CONFIG_TYPE, "digest": sha(b"{}"), "size": 2}, "layers": []}).encode()
+    # a single image served to an index lookup (a registry that ignores Accept)
+    routes["/v2/p/manifests/single"] = (200, {"Content-Type": OCI_MANIFEST,
+                                              "Docker-Content-Digest": sha(image)}, image)
+    with pytest.raises(JobFailed) as e:
+        registry.fetch_index(repo, "single")
+    assert e.value.message == f"{host}/p:single is a single image, not an index"
+    assert e.value.hint == "it was pushed by something other than `imgbuild index`"
+    # an index without its mediaType is still an index; without a digest header, still checked
+    index = json.dumps({"schemaVersion": 2, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": sha(image), "size": len(image),
+         "platform": {"os": "linux", "architecture": "arm64"}}]}).encode()
+    routes["/v2/p/manifests/bare"] = (200, {"Content-Type": registry.OCI_INDEX}, index)
+    assert registry.fetch_index(repo, "bare") == (sha(index), {"linux/arm64": sha(image)})
+    # a Docker manifest list is an index too
+    listed = json.dumps({"schemaVersion": 2, "mediaType": registry.INDEX_TYPES[1],
+                         "manifests": []}).encode()
+    routes["/v2/p/manifests/list"] = (200, {}, listed)
+    assert registry.fetch_index(repo, "list") == (sha(listed), {})
+    # an index whose bytes are not those of the digest the registry names
+    routes["/v2/p/manifests/lying"] = (200, {"Docker-Content-Digest": sha(b"other")}, index)
+    with pytest.raises(JobFailed) as e:
+        registry.fetch_index(repo, "lying")
+    assert e.value.message == (f"registry {host} served index lying with other bytes than its "
+                               f"digest {sha(b'other')}")
+    assert e.value.hint == "nothing was used"
+    routes["/v2/p/manifests/art"] = (200, {"Docker-Content-Digest": sha(b"other")}, image)
+    with pytest.raises(JobFailed, match="served manifest art with other bytes than its digest"):
+        registry.fetch_artifact(repo, "art", ART)
+    # an image manifest asked for by digest, served with other bytes
+    asked = sha(b"what was asked")
+    routes[f"/v2/p/manifests/{asked}"] = (200, {"Content-Type": OCI_MANIFEST}, image)
+    with pytest.raises(JobFailed) as e:
+        registry.image_config(repo, asked)
+    assert e.value.message == f"registry {host} served manifest {asked[:19]}… with other bytes"
+    assert e.value.facts == [f"asked for {asked}", f"got       {sha(image)}"]
+    assert e.value.hint == "the registry or a proxy in between changed the content"
+    # a blob served with other bytes
+    routes[f"/v2/p/manifests/{sha(image)}"] = (200, {"Content-Type": OCI_MANIFEST}, image)
+    other = b'{"x": 1}'
+    routes[f"/v2/p/blobs/{sha(b'{}')}"] = (200, {}, other)
+    with pytest.raises(JobFailed) as e:
+        registry.image_config(repo, sha(image))
+    assert e.value.message == f"registry {host} served blob {sha(b'{}')[:19]}… with other bytes"
+    assert e.value.facts == [f"asked for {sha(b'{}')}", f"got       {sha(other)}"]
+    assert e.value.hint == ("the registry or a proxy in between changed the content; "
+                            "nothing was used")
+    routes[f"/v2/p/blobs/{sha(b'{}')}"] = (200, {}, b"{}")
+    assert registry.image_config(repo, sha(image)) == (json.loads(image), {})
+    # a descriptor without the headers a registry sends
+    routes["/v2/p/manifests/headless"] = (200, {}, b"")
+    assert registry.manifest_descriptor(repo, "headless") == {
+        "mediaType": "", "digest": None, "size": 0}
+    routes["/v2/p/manifests/typed"] = (200, {"Content-Type": f"{OCI_MANIFEST}; charset=utf-8",
+                                             "Docker-Content-Digest": sha(image)}, image)
+    assert registry.manifest_descriptor(repo, "typed") == {
+        "mediaType": OCI_MANIFEST, "digest": sha(image), "size": len(image)}
+
+
+def test_refusals_are_told_from_other_failures(canned, config):
+    host, routes = canned
+    routes.clear()
+    repo = Repository.parse(f"{host}/p")
+    d = sha(b"x")
+    for status, text, refused in [
+        (403, "", True),
+        (404, '{"errors":[{"code":"denied"}]}', True), (404, "BLOB_UNKNOWN", False),
+        (500, "DENIED", False), (400, "", False),
+    ]:
+        routes[f"/v2/p/blobs/{d}"] = (status, {}, text.encode())
+        try:
+            registry._get_blob(repo, d)
+        except EnvError as e:
+            assert refused, (status, text)
+            assert e.message == (f"registry {host} refused blob {d[:19]}… in p: the account may "
+                                 "pull but not push")
+            assert e.facts == [text]
+            assert e.hint == "log in with an account that may push to this repository"
+        except JobFailed as e:
+            assert not refused, (status, text)
+            assert e.message == f"registry {host} answered {status} to blob {d[:19]}…"
+            assert e.facts == [text]
+
+
+def test_redirects_are_followed(canned, config):
+    host, routes = canned
+    routes.clear()
+    repo = Repository.parse(f"{host}/p")
+    routes[f"/v2/p/blobs/{sha(b'moved')}"] = (307, {"Location": "/storage/moved"}, b"")
+    routes["/storage/moved"] = (200, {}, b"moved")
+    assert registry._get_blob(repo, sha(b"moved")) == b"moved"
+
+
+def test_challenges_the_client_cannot_answer(canned, config):
+    host, routes = canned
+    routes.clear()
+    routes["/v2/p/manifests/t"] = (401, {"WWW-Authenticate": 'Negotiate realm="x"'}, b"")
+    repo = Repository.parse(f"{host}/p")
+    with pytest.raises(EnvError) as e:
+        registry.manifest_digest(repo, "t")
+    assert e.value.message == f"registry {host} asks for credentials, and none are configured for it"
+    routes["/v2/p/manifests/t"] = (401, {"WWW-Authenticate": 'Basic realm="x"'}, b"")
+    repo = Repository.parse(f"{host}/p")
+    routes.seen.clear()
+    with pytest.raises(EnvError) as e:
+        registry.manifest_digest(repo, "t")
+    assert e.value.message == f"registry {host} asks for credentials, and none are configured for it"
+    assert [a for m, p, a in routes.seen if p == "/v2/p/manifests/t"] == [None]
+    # with a credential: sent on the second try, then refused (no token service named)
+    login(config, host, "dave", "pw-dave")
+    for how in ('Basic realm="x"', 'Negotiate realm="x"'):
+        routes["/v2/p/manifests/t"] = (401, {"WWW-Authenticate": how}, b"")
+        repo = Repository.parse(f"{host}/p")
+        routes.seen.clear()
+        with pytest.raises(EnvError) as e:
+            registry.manifest_digest(repo, "t")
+        assert e.value.message == f"registry {host} refused the credentials for user 'dave'"
+        sent = [a for m, p, a in routes.seen if p == "/v2/p/manifests/t"]
+        assert sent == ([None, "Basic ZGF2ZTpwdy1kYXZl"] if how.startswith("Basic") else [None])
+    # a Basic challenge after a token: the token is dropped, the credential sent
+    routes["/v2/p/manifests/t"] = (401, {"WWW-Authenticate": 'Basic realm="x"'}, b"")
+    api = Client(host, plain_http_allowed=True)
+    api.tokens["s"] = "tok"
+    routes.seen.clear()
+    with pytest.raises(EnvError):
+        api.request("HEAD", "p/manifests/t", scope="s")
+    assert [a for m, p, a in routes.seen if p == "/v2/p/manifests/t"] == [
+        "Bearer tok", "Basic ZGF2ZTpwdy1kYXZl"]
+    assert api.tokens == {}
+    # the granted-or-not message names what the scope asks, or says "access"
+    assert api._not_granted(None).message == (f"registry {host} refused access on it to user "
+                                              "'dave': the token it was given does not grant it")
+    assert api._not_granted("repository:a/b:push").hint == (
+        f"`docker login {host}` with an account that may push there")
+    anon = Client("127.0.0.1:1", plain_http_allowed=True)
+    e = anon._not_granted("repository:a/b:pull")
+    assert e.message == ("registry 127.0.0.1:1 refused pull on a/b to anonymous access: the "
+                         "token it was given does not grant it")
+    assert e.facts == ["no credential is configured for it"]
