@@ -10,6 +10,7 @@ import json
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -69,6 +70,7 @@ class TokenIssuer:
     port: int = field(default_factory=free_port)
     asked: list[dict] = field(default_factory=list)
     lifetime: int = 300  # seconds a token is valid; below 0 gives tokens already expired
+    tls: tuple[Path, Path] | None = None  # (certificate, key): the realm is https
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ class TokenIssuer:
 
     @property
     def realm(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/token"
 
     def token(self, user: str | None, scope: str) -> str:
         granted = self.accounts[user][1] if user else self.anonymous
@@ -125,6 +127,10 @@ class TokenIssuer:
                 self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(self.tls[0]), str(self.tls[1]))
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -300,6 +300,11 @@ def test_credentials_from_a_credential_helper(config, tmp_path, monkeypatch):
     assert e.value.message == f"cannot read the credentials for {host}"
     assert len(e.value.facts) == 1 and e.value.facts[0].startswith(
         f"{config / 'config.json'}: ")
+    assert "the keychain is locked" in e.value.facts[0]
+    helper(tmp_path, monkeypatch, "locked " * 100, rc=1)  # one long line: 200 characters of it
+    with pytest.raises(EnvError) as e:
+        credential_for(host)
+    assert len(e.value.facts[0]) == len(f"{config / 'config.json'}: ") + 200
     assert e.value.hint == ("check the docker-credential-* helper your Docker config names, "
                             f"or `docker login {host}` again")
 
@@ -711,6 +716,34 @@ def test_token_service_failures(odd_token, config):
         api._token({"realm": dead}, "repository:x:pull")
     assert e.value.message == f"the token service of registry {reg.host} is unreachable"
     assert e.value.facts[0].startswith(f"{dead}: ConnectionError: ")
+
+
+@pytest.fixture(scope="module")
+def tls_token(tmp_path_factory):
+    """Token auth whose token service speaks TLS with a certificate from a CA of the tests'."""
+    d = tmp_path_factory.mktemp("tlstoken")
+    ca, cert, key = make_ca(d / "pki", "imgbuild-token", "127.0.0.1")
+    issuer = TokenIssuer(d / "issuer", {}, anonymous=("pull",), tls=(cert, key)).start()
+    reg = Registry(d / "reg", auth={"token": {
+        "realm": issuer.realm, "service": issuer.service, "issuer": issuer.issuer,
+        "rootcertbundle": str(issuer.root / "sign.crt")}}).start()
+    yield reg, issuer, ca
+    reg.stop()
+    issuer.stop()
+
+
+def test_a_token_service_over_tls_is_verified_with_its_ca(tls_token, config, monkeypatch):
+    reg, issuer, ca = tls_token
+    monkeypatch.setattr(distribution, "CERTS_D", config / "no-certs.d")
+    repo = Repository.parse(f"{reg.host}/t")
+    with pytest.raises(EnvError) as e:
+        registry.manifest_digest(repo, "x")
+    assert e.value.message == f"the token service of registry {reg.host} is unreachable"
+    assert e.value.facts[0].startswith(f"{issuer.realm}: SSLError: ")
+    monkeypatch.setenv("IMGBUILD_CA_BUNDLE", str(ca))
+    repo = Repository.parse(f"{reg.host}/t")
+    assert registry.manifest_digest(repo, "x") is None
+    assert issuer.asked[-1]["scope"] == "repository:t:pull"
 
 
 # --- TLS --------------------------------------------------------------------------------------
