@@ -485,6 +485,14 @@ def test_an_index_of_manifests_the_registry_lacks_is_refused(plain, config):
     assert "MANIFEST_BLOB_UNKNOWN" in e.value.facts[0] or "manifest" in e.value.facts[0].lower()
 
 
+def test_a_manifest_the_registry_refuses(plain, config):
+    repo = Repository.parse(f"{plain.host}/refused")
+    with pytest.raises(JobFailed) as e:  # not a tag: no route there, 404
+        registry.push_artifact(repo, "-bad", ART, {}, b"x", "x/y")
+    assert e.value.message == f"registry {plain.host} answered 404 to manifest -bad"
+    assert e.value.facts == ["404 page not found\n"]
+
+
 def test_blob_fetch_checks_and_missing_blob(plain, config):
     repo = Repository.parse(f"{plain.host}/blobs")
     d = registry._put_blob(repo, b"hello")
@@ -615,6 +623,24 @@ def test_token_auth_push_and_pull_only(token, config, tmp_path):
     assert e.value.hint == (f"`docker login {reg.host}` with an account that may pull and push "
                             "there")
     assert accounts["reader"][0] not in json.dumps(e.value.to_dict())
+
+
+def test_token_auth_images_and_indexes(token, config):
+    """Each call asks for the scope it needs: an index push needs pull and push, reads pull."""
+    reg, issuer, accounts = token
+    login(config, reg.host, "pusher", accounts["pusher"][0])
+    repo = Repository.parse(f"{reg.host}/multi")
+    amd, body, cfg = upload_image(repo, "amd")
+    index = registry.index_document([("linux/amd64", registry.manifest_descriptor(repo, "amd"))],
+                                    {})
+    digest = registry.push_index(repo, ("v1",), index)
+    login(config, reg.host, "reader", accounts["reader"][0])
+    repo = Repository.parse(f"{reg.host}/multi")
+    assert registry.fetch_index(repo, "v1") == (digest, {"linux/amd64": amd})
+    assert registry.image_config(repo, amd) == (json.loads(body), cfg)
+    assert set(repo.api.tokens) == {"repository:multi:pull"}
+    with pytest.raises(EnvError, match="refused pull,push on multi to user 'reader'"):
+        registry.push_index(repo, ("v2",), index)
 
 
 def test_token_auth_without_or_with_wrong_credentials(token, config):
@@ -868,6 +894,21 @@ def test_other_bytes_than_the_digest_are_refused(canned, config):
                          "manifests": []}).encode()
     routes["/v2/p/manifests/list"] = (200, {}, listed)
     assert registry.fetch_index(repo, "list") == (sha(listed), {})
+    # an index that lists nothing, without even the key
+    empty = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX}).encode()
+    routes["/v2/p/manifests/empty"] = (200, {}, empty)
+    assert registry.fetch_index(repo, "empty") == (sha(empty), {})
+    # other answers: the registry's text, when it gives one, in at most 300 characters
+    routes["/v2/p/manifests/silent"] = (500, {}, b"")
+    with pytest.raises(EnvError) as e:
+        registry.fetch_index(repo, "silent")
+    assert e.value.message == f"registry {host} answered 500 for index silent"
+    assert e.value.facts == []
+    routes["/v2/p/manifests/talks"] = (502, {}, b"x" * 400)
+    with pytest.raises(EnvError) as e:
+        registry.fetch_artifact(repo, "talks", ART)
+    assert e.value.message == f"registry {host} answered 502 for manifest talks"
+    assert e.value.facts == ["x" * 300]
     # an index whose bytes are not those of the digest the registry names
     routes["/v2/p/manifests/lying"] = (200, {"Docker-Content-Digest": sha(b"other")}, index)
     with pytest.raises(JobFailed) as e:
