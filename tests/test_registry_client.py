@@ -742,6 +742,7 @@ def test_token_service_failures(odd_token, config):
         api._token({"realm": dead}, "repository:x:pull")
     assert e.value.message == f"the token service of registry {reg.host} is unreachable"
     assert e.value.facts[0].startswith(f"{dead}: ConnectionError: ")
+    assert "Max retries exceeded" in e.value.facts[0]  # what requests said, not "None"
 
 
 @pytest.fixture(scope="module")
