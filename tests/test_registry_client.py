@@ -6,6 +6,7 @@ service misbehaves on demand, and one with TLS from a CA of the tests' own."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -273,6 +274,10 @@ def test_credentials_from_docker_config(config):
                                                        str(config / "config.json"))
     (config / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:1": {
         "username": "bob", "password": ""}}}))
+    assert credential_for("127.0.0.1:1") is None
+    # a user name with an empty password is no credential
+    (config / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:1": {
+        "auth": base64.b64encode(b"bob:").decode()}}}))
     assert credential_for("127.0.0.1:1") is None
 
 
