@@ -528,6 +528,7 @@ def test_unreachable_and_not_a_registry(not_a_registry, config):
         registry.check_reachable(Repository.parse(f"{dead}/x"))
     assert e.value.message == f"registry {dead} is unreachable"
     assert e.value.facts[0].startswith("ConnectionError: ")
+    assert "Max retries exceeded" in e.value.facts[0]  # what requests said
     assert e.value.hint == f"start it, or check the registry name ({dead})"
 
 
@@ -799,6 +800,7 @@ def test_tls_verified_with_the_ca_given(tls, config, tmp_path, monkeypatch):
     assert e.value.message == (f"registry {reg.host} does not present a certificate this "
                                "machine trusts")
     assert e.value.facts[0].startswith("SSLError: ")
+    assert "CERTIFICATE_VERIFY_FAILED" in e.value.facts[0]  # what requests said
     assert e.value.hint == (f"put its CA in {tmp_path / 'certs.d' / reg.host / 'ca.crt'} "
                             "(Docker reads it too) or in IMGBUILD_CA_BUNDLE")
     monkeypatch.setenv("IMGBUILD_CA_BUNDLE", str(ca))
@@ -853,11 +855,16 @@ def canned():
 
         def answer(self, body_too: bool):
             seen.append((self.command, self.path, self.headers.get("Authorization")))
-            status, headers, body = routes.get(self.path, (404, {}, b""))
+            if self.command in ("POST", "PUT"):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, headers, body = routes.get(f"{self.command} {self.path}",
+                                               routes.get(self.path, (404, {}, b"")))
             self.send_response(status)
             for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
+                if v is not None:  # None: the header left out
+                    self.send_header(k, v)
+            if "Content-Length" not in headers:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if body_too:
                 self.wfile.write(body)
@@ -867,6 +874,12 @@ def canned():
 
         def do_HEAD(self):
             self.answer(False)
+
+        def do_POST(self):
+            self.answer(True)
+
+        def do_PUT(self):
+            self.answer(True)
 
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -1035,3 +1048,46 @@ def test_challenges_the_client_cannot_answer(canned, config):
     assert e.message == ("registry 127.0.0.1:1 refused pull on a/b to anonymous access: the "
                          "token it was given does not grant it")
     assert e.facts == ["no credential is configured for it"]
+
+
+def test_blob_uploads_as_the_registry_answers(canned, config):
+    host, routes = canned
+    routes.clear()
+    repo = Repository.parse(f"{host}/p")
+    d = sha(b"data")
+    routes["POST /v2/p/blobs/uploads/"] = (500, {}, b"storage full")
+    with pytest.raises(JobFailed) as e:
+        registry._put_blob(repo, b"data")
+    assert e.value.message == f"registry {host} answered 500 to a blob upload"
+    assert e.value.facts == ["storage full"]
+    routes["POST /v2/p/blobs/uploads/"] = (403, {}, b"")
+    with pytest.raises(EnvError) as e:
+        registry._put_blob(repo, b"data")
+    assert e.value.message == (f"registry {host} refused a blob upload in p: the account may "
+                               "pull but not push")
+    # a Location without a query: the digest is its query
+    routes["POST /v2/p/blobs/uploads/"] = (202, {"Location": f"http://{host}/up/1"}, b"")
+    routes[f"PUT /up/1?digest={d}"] = (201, {}, b"")
+    routes.seen.clear()
+    assert registry._put_blob(repo, b"data") == d
+    assert [(m, p) for m, p, a in routes.seen] == [
+        ("HEAD", f"/v2/p/blobs/{d}"), ("POST", "/v2/p/blobs/uploads/"),
+        ("PUT", f"/up/1?digest={d}")]
+    routes[f"PUT /up/1?digest={d}"] = (400, {}, b"DIGEST_INVALID")
+    with pytest.raises(JobFailed) as e:
+        registry._put_blob(repo, b"data")
+    assert e.value.message == f"registry {host} answered 400 to a blob upload"
+    assert e.value.facts == ["DIGEST_INVALID"]
+
+
+def test_a_401_without_a_challenge_and_a_head_without_a_length(canned, config):
+    host, routes = canned
+    routes.clear()
+    repo = Repository.parse(f"{host}/p")
+    routes["/v2/p/manifests/t"] = (401, {}, b"")
+    with pytest.raises(EnvError) as e:
+        registry.manifest_digest(repo, "t")
+    assert e.value.message == f"registry {host} asks for credentials, and none are configured for it"
+    routes["/v2/p/manifests/t"] = (200, {"Content-Type": OCI_MANIFEST, "Content-Length": None,
+                                         "Docker-Content-Digest": sha(b"m")}, b"")
+    assert registry.manifest_descriptor(repo, "t")["size"] == 0
