@@ -593,7 +593,7 @@ def test_check_model_asks_the_images_own_engine(sglang_0516_image, smoke_checkpo
     assert doc["in_image"]["disagreement"] is None or "fused-projection" in \
         doc["in_image"]["disagreement"]
     r = run_imgbuild("check-model", str(mixed), "--image", "imgbuild:no-such-image")
-    assert r.returncode == 2 and "image imgbuild:no-such-image is not here" in r.stderr
+    assert r.returncode == 2 and "no local image imgbuild:no-such-image" in r.stderr
 
 
 def _kernel_refusing(name: str) -> type:

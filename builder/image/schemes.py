@@ -15,21 +15,19 @@ from pathlib import Path
 
 from ..errors import InputError, JobFailed
 from ..plan import render
-from .daemon import run_cli, run_container
+from ..plan.labels import LABEL_NS, facts_from_labels
+from .daemon import run_container
+from .preflight import image_labels
 
 MOUNT = "/imgbuild-checkpoint"
 
 
 def image_engine(image: str) -> tuple[str, str | None, list[str], str | None]:
-    """(engine, version, GPU archs, target) from the image's labels."""
-    insp = run_cli(["image", "inspect", "--format", "{{json .Config.Labels}}", image],
-                   capture_output=True, text=True)
-    if insp.returncode != 0:
-        raise InputError(f"image {image} is not here", hint="build or pull it first")
-    labels = json.loads(insp.stdout or "{}") or {}
-    engine, _, version = (labels.get("io.imgbuild.engine") or "").partition("==")
-    archs = [a for a in (labels.get("io.imgbuild.archs") or "").split(",") if a.startswith("sm")]
-    return engine, version or None, archs, labels.get("io.imgbuild.target")
+    """(engine, version, GPU archs, target) from the image's labels (the ones preflight reads)."""
+    labels = image_labels(image)
+    engine, _, version = (labels.get(f"{LABEL_NS}.engine") or "").partition("==")
+    archs = [a for a in facts_from_labels(labels).archs if a.startswith("sm")]
+    return engine, version or None, archs, labels.get(f"{LABEL_NS}.target")
 
 
 def probe(image: str, checkpoint: Path, *, timeout: int = 900) -> dict:
@@ -40,7 +38,7 @@ def probe(image: str, checkpoint: Path, *, timeout: int = 900) -> dict:
                          f"(io.imgbuild.engine: {engine or 'none'})",
                          hint="name an SGLang or vLLM image built by imgbuild")
     if not archs:
-        raise InputError(f"image {image} names no GPU arch (io.imgbuild.archs)")
+        raise InputError(f"image {image} names no GPU arch ({LABEL_NS}.archs)")
     args = ["--network", "none", "-e", "IMGBUILD_PREFLIGHT=0", "--entrypoint", "python",
             "-v", f"{checkpoint.resolve()}:{MOUNT}:ro", image,
             f"{render.ASSETS}/engine_schemes.py", "--model", MOUNT, "--engine", engine,
