@@ -151,6 +151,51 @@ class Verification:
                 "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in self.checks]}
 
 
+def check_sbom(doc: dict | None, want: str | None) -> tuple[str, bool, str]:
+    """The SBOM check of `verify` on plain data: the pins digest recomputed from the SBOM's own
+    PyPI components must be `want`, the lock hash the image's label names. The SBOM's
+    `io.imgbuild.lock.hash` property is never trusted: whoever tampers with the components can
+    leave it as it was."""
+    if doc is None:
+        return ("sbom", False, "none stored")
+    comps = doc.get("components", [])
+    pkgs = tuple(LockedPackage(c["name"], c["version"],
+                               tuple("sha256:" + h["content"] for h in c.get("hashes", [])))
+                 for c in comps if c.get("purl", "").startswith("pkg:pypi/"))
+    got = pins_digest(pkgs)
+    debs = sum(1 for c in comps if "pkg:deb/" in c.get("purl", ""))
+    return ("sbom", got == want,
+            f"{len(pkgs)} locked packages, {debs} OS packages; their pins "
+            + ("match the image's lock label" if got == want else
+               f"({got[:19]}…) differ from the image's lock label ({want})"))
+
+
+def judge(digest: str, labels: dict, report: dict | None, sbom_doc: dict | None,
+          provenance_doc: dict | None, lock: Lockfile | None = None
+          ) -> list[tuple[str, bool, str]]:
+    """Everything `verify` decides after reading, on plain data: the smoke report, the SBOM
+    (recomputed, see check_sbom), the workspace's lock and the provenance's subject, each
+    against the image's digest and its lock label."""
+    checks: list[tuple[str, bool, str]] = [("smoke report", bool(report and (report.get("ok") or report.get("forced"))),
+        "none stored" if report is None else
+        ("passed" if report.get("ok") else "FAILED" +
+         (" (tags moved with --force)" if report.get("forced") else "")))]
+    want = labels.get("io.imgbuild.lock.hash")
+    checks.append(check_sbom(sbom_doc, want))
+    if lock is not None:
+        checks.append(("lock", lock.digest == want,
+                       f"{lock.path.name} {'is' if lock.digest == want else 'is not'} the lock "
+                       "the image was built from"))
+    if provenance_doc is None:
+        checks.append(("provenance", False, "none stored"))
+    else:
+        subj = provenance_doc.get("subject") or [{}]
+        ok = subj[0].get("digest") == _digest(digest)
+        checks.append(("provenance", ok, "names this digest" if ok else
+                       f"names another image: {subj[0].get('digest')}"))
+    return checks
+
+
 def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = None) -> Verification:
     """Check the image `repo:ref_tag` in its registry against what is stored beside it."""
     ref = f"{repo.name}:{ref_tag}"
@@ -162,37 +207,10 @@ def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = N
     checks: list[tuple[str, bool, str]] = [
         ("digest", True, f"manifest {digest} matches its bytes; config {manifest['config']['digest'][:19]}…")]
     report = registry.fetch_report(repo, digest)
-    checks.append(("smoke report", bool(report and (report.get("ok") or report.get("forced"))),
-                   "none stored" if report is None else
-                   ("passed" if report.get("ok") else "FAILED" +
-                    (" (tags moved with --force)" if report.get("forced") else ""))))
-    found = registry.fetch_artifact(repo, tag(digest, "sbom"), SBOM_TYPE)
-    want = labels.get("io.imgbuild.lock.hash")
-    if found is None:
-        checks.append(("sbom", False, "none stored"))
-    else:
-        pkgs = tuple(LockedPackage(c["name"], c["version"],
-                                   tuple("sha256:" + h["content"] for h in c.get("hashes", [])))
-                     for c in found[1].get("components", []) if c.get("purl", "").startswith(
-                         "pkg:pypi/"))
-        got = pins_digest(pkgs)
-        debs = sum(1 for c in found[1].get("components", []) if "pkg:deb/" in c.get("purl", ""))
-        checks.append(("sbom", got == want,
-                       f"{len(pkgs)} locked packages, {debs} OS packages; their pins "
-                       + ("match the image's lock label" if got == want else
-                          f"({got[:19]}…) differ from the image's lock label ({want})")))
-    if lock is not None:
-        checks.append(("lock", lock.digest == want,
-                       f"{lock.path.name} {'is' if lock.digest == want else 'is not'} the lock "
-                       "the image was built from"))
-    found = registry.fetch_artifact(repo, tag(digest, "provenance"), PROVENANCE_TYPE)
-    if found is None:
-        checks.append(("provenance", False, "none stored"))
-    else:
-        subj = found[1].get("subject") or [{}]
-        ok = subj[0].get("digest") == _digest(digest)
-        checks.append(("provenance", ok, "names this digest" if ok else
-                       f"names another image: {subj[0].get('digest')}"))
+    sbom_doc = registry.fetch_artifact(repo, tag(digest, "sbom"), SBOM_TYPE)
+    prov_doc = registry.fetch_artifact(repo, tag(digest, "provenance"), PROVENANCE_TYPE)
+    checks += judge(digest, labels, report, sbom_doc[1] if sbom_doc else None,
+                    prov_doc[1] if prov_doc else None, lock)
     return Verification(ref, digest, tuple(checks), labels)
 
 

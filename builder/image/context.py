@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..catalog.indexes import credential_of
 from ..catalog.patches import Patch
+from ..fsutil import cannot_write
 from ..lock.lockfile import Lockfile
 from ..lock.uv import uv_bin_for
 from ..plan import patchset, render
@@ -131,3 +132,30 @@ def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | No
     return carried
 
 
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What a build is handed: the context directory (sent whole to the builder, so it must
+    hold nothing secret), the wheels it carries, and the secrets, which lie beside it."""
+
+    context: Path
+    carried: tuple[Path, ...]
+    secrets: Secrets
+
+
+def prepare_build(plan: Plan, lock: Lockfile, scratch: Path, *, wheels: Path | None,
+                  smoke_model_dir: Path | None, patches: dict[str, Patch],
+                  index_urls: tuple[str, ...], host: Secrets) -> BuildInputs:
+    """The context in `scratch/context` and the secrets (the host's, plus a netrc for the
+    index URLs that carry credentials) in `scratch/secrets`, a 0700 sibling: every byte under
+    the context reaches the builder, and could reach a layer by a careless COPY, so the
+    credentials never go there."""
+    ctx, sd = scratch / "context", scratch / "secrets"
+    try:
+        carried = prepare_context(plan, lock, ctx, wheels=wheels,
+                                  smoke_model_dir=smoke_model_dir, patches=patches)
+    except OSError as e:  # a full or read-only TMPDIR: the caller removes the scratch
+        raise cannot_write(ctx, e, "the build context", scratch=True) from None
+    sd.mkdir(mode=0o700)
+    return BuildInputs(ctx, tuple(carried), host.with_index_credentials(index_urls, sd))

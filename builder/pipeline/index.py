@@ -30,33 +30,58 @@ class Assembled:
                 "manifests": dict(self.manifests), "pushed": list(self.pushed)}
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What the registry holds for one platform's content tag: the manifest's descriptor (None
+    when the tag is not there), its image's architecture and the smoke report stored for it."""
+
+    platform: str  # linux/<arch>
+    ref: str  # repository:content tag
+    descriptor: dict | None
+    architecture: str | None = None
+    report: dict | None = None
+
+
+def refusals(stored: tuple[Stored, ...]) -> list[str]:
+    """Why the index may not be assembled, one line a platform's problem; [] when every
+    platform's image is there, of its platform, with a passing (or forced) smoke report. The
+    decision alone, on plain data: `assemble` only gathers what it reads."""
+    problems: list[str] = []
+    for s in stored:
+        if s.descriptor is None:
+            problems.append(f"{s.platform}: {s.ref} is not in the registry")
+            continue
+        if s.architecture != s.platform.split("/", 1)[1]:
+            problems.append(f"{s.platform}: {s.ref} is an image for {s.architecture}")
+        digest = s.descriptor["digest"]
+        if s.report is None:
+            problems.append(f"{s.platform}: no smoke report stored for {digest}")
+        elif not (s.report.get("ok") or s.report.get("forced")):
+            problems.append(f"{s.platform}: its smoke report for {digest} says FAILED")
+    return problems
+
+
 def assemble(plan: IndexPlan, repo: registry.Repository, *,
              progress: Progress = SILENT) -> Assembled:
     """Check every platform's image in the registry (there, of its platform, with a passing or
     forced smoke report), then push the index and move the moving tags onto it."""
-    entries: list[tuple[str, dict]] = []
-    problems: list[str] = []
+    stored: list[Stored] = []
     for p in plan.plans:
         d = registry.manifest_descriptor(repo, p.content_tag)
         if d is None:
-            problems.append(f"{p.platform}: {p.ref()} is not in the registry")
+            stored.append(Stored(p.platform, p.ref(), None))
             continue
         _, config = registry.image_config(repo, d["digest"])
-        arch = config.get("architecture")
-        if arch != p.platform.split("/", 1)[1]:
-            problems.append(f"{p.platform}: {p.ref()} is an image for {arch}")
-        report = registry.fetch_report(repo, d["digest"])
-        if report is None:
-            problems.append(f"{p.platform}: no smoke report stored for {d['digest']}")
-        elif not (report.get("ok") or report.get("forced")):
-            problems.append(f"{p.platform}: its smoke report for {d['digest']} says FAILED")
-        entries.append((p.platform, d))
+        stored.append(Stored(p.platform, p.ref(), d, config.get("architecture"),
+                             registry.fetch_report(repo, d["digest"])))
+    problems = refusals(tuple(stored))
     if problems:
         raise JobFailed(
             f"the index of {plan.target} was not assembled; no tag moved", facts=problems,
             hint=f"build, smoke-test and push each platform (`imgbuild {plan.target} --platform "
                  f"PLATFORM --push --registry {repo.name}`), then run `imgbuild index "
                  f"{plan.target} --registry {repo.name}` again")
+    entries = [(s.platform, s.descriptor) for s in stored if s.descriptor is not None]
     body = registry.index_document(entries, {
         "io.imgbuild.target": plan.target, "io.imgbuild.content-key": plan.content_key})
     tags = (plan.content_tag,) + plan.tags

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import JobFailed
-from ..fsutil import cannot_write
 from ..image import base as base_image
 from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
-from ..image.context import Secrets, index_flags, prepare_context
+from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
@@ -66,19 +65,15 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
                         "given to build it with")
     index_urls = ws.target(plan.target, plan.platform).request.extra_index_urls  # with credentials
-    with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td, \
-            tempfile.TemporaryDirectory(prefix="imgbuild-secrets-") as sd:
-        ctx = Path(td)
-        try:
-            carried = prepare_context(plan, lock, ctx, wheels=ws.wheels,
-                                      smoke_model_dir=smoke_dir, patches=ws.patches)
-        except OSError as e:  # a full or read-only TMPDIR: the scratch context goes with `with`
-            raise cannot_write(ctx, e, "the build context", scratch=True) from None
+    with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
+        built = prepare_build(plan, lock, Path(td), wheels=ws.wheels, smoke_model_dir=smoke_dir,
+                              patches=ws.patches, index_urls=index_urls,
+                              host=Secrets.from_host())
+        carried = built.carried
         flags = index_flags(plan, bool(carried))
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
-            secrets = Secrets.from_host().with_index_credentials(index_urls, Path(sd))
-            return docker_build(plan, ctx, secrets=secrets, flags=flags,
+            return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache)
         except JobFailed as e:
             unreachable = [u for u in plan.extra_index_urls
