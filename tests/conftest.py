@@ -16,6 +16,15 @@ import requests
 
 from builder.workspace import Workspace
 
+# The docker marker's two checks (at collection and while a test runs): hooks and fixtures
+# that pytest finds here because they are names of this module.
+from .docker_guard import (  # noqa: F401
+    _no_docker_outside_the_marker,
+    docker_trap,
+    pytest_collection_modifyitems,
+    pytest_runtest_call,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_HOST = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 WHEELS = os.environ.get("IMGBUILD_WHEELS") or ("/opt/wheels" if Path("/opt/wheels").is_dir() else "")

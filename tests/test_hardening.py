@@ -494,6 +494,7 @@ def local_id(client, ref: str) -> str | None:
         return None
 
 
+@pytest.mark.docker
 def test_a_full_disk_under_the_build_context_is_said_and_cleaned(docker_client, tmpfs):
     small = tmpfs("4m")  # uv alone (about 40 MB) does not fit
     r = run_imgbuild("tiny-cpu", "--rebuild", "--no-smoke", env={"TMPDIR": str(small)})
@@ -507,6 +508,7 @@ def containers_named(client, prefix: str) -> list:
     return [c for c in client.containers.list(all=True) if c.name.startswith(prefix)]
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig, code):
     built = run_imgbuild("tiny-cpu", "--no-smoke", "--json")
@@ -550,6 +552,7 @@ def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
                          + (p.stderr.read() if p.stderr else "")[-2000:])
 
 
+@pytest.mark.docker
 def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(docker_client, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -581,6 +584,7 @@ def restart_dockerd() -> None:
                    capture_output=True)
 
 
+@pytest.mark.docker
 def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker_client,
                                                                           tmp_path):
     if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:
@@ -601,6 +605,7 @@ def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker
     assert again.returncode == 0, again.stderr[-2000:]
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client, tmp_path,
                                                                    sig, code):

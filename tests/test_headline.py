@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import docker_available, run_imgbuild
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.docker,
               pytest.mark.skipif(not docker_available(), reason="skipped: no Docker Engine")]
 
 

@@ -157,6 +157,7 @@ def test_the_ci_matrix_sends_arm64_targets_to_arm_runners(ws):
     assert by["tiny-cpu-multi-amd64"].runner == "ubuntu-latest"
 
 
+@pytest.mark.docker
 @pytest.mark.slow
 def test_the_arm64_base_is_made_here_under_qemu_reproducibly(docker_client, ws):
     """debootstrap for arm64 under QEMU user emulation (about 105 s here), loaded as a

@@ -58,6 +58,7 @@ def events(stream: io.StringIO) -> list[dict]:
     return [json.loads(ln) for ln in stream.getvalue().splitlines()]
 
 
+@pytest.mark.docker
 def test_push_then_pull_events_add_up_to_the_manifest(docker_client, private_registry,
                                                       tmp_path):
     repo = f"progress-{uuid.uuid4().hex[:8]}"
@@ -101,6 +102,7 @@ def test_push_then_pull_events_add_up_to_the_manifest(docker_client, private_reg
     assert {e["layer"]: e["bytes"] for e in layer_events if e["state"] == "done"} == fetched
 
 
+@pytest.mark.docker
 def test_plain_mode_says_existing_layers_once_and_the_totals(docker_client, private_registry,
                                                             tmp_path):
     repo = f"progress-{uuid.uuid4().hex[:8]}"
@@ -154,6 +156,7 @@ def test_a_transfer_counts_from_the_engines_words():
     assert len(t.layers) == 3
 
 
+@pytest.mark.docker
 def test_the_cli_json_mode_keeps_stdout_for_the_report(docker_client, private_registry):
     repo = f"{private_registry.host}/imgbuild"
     r = run_imgbuild("tiny-cpu", "--push", "--registry", repo, "--no-smoke", "--json",

@@ -206,6 +206,7 @@ def test_repository_needs_a_host_to_push():
     ("[::1]:5000/x", True), ("127.1.2.3:80/x", True), ("10.0.0.1:5000/x", False),
     ("registry.example:5000/x", False), ("ghcr.io/acme/x", False), ("imgbuild", False),
 ])
+@pytest.mark.docker
 def test_plain_http_only_to_loopback(name, plain, monkeypatch):
     monkeypatch.delenv("IMGBUILD_INSECURE_REGISTRIES", raising=False)
     assert Repository.parse(name).plain_http is plain
@@ -346,6 +347,7 @@ def test_ca_selection(tmp_path, monkeypatch, config):
 
 # --- a plain registry: manifests, blobs, artifacts, reports, indexes ---------------------------
 
+@pytest.mark.docker
 def test_plain_registry_is_spoken_to_over_http(plain, config):
     repo = Repository.parse(f"{plain.host}/imgbuild")
     assert repo.base_url == f"http://{plain.host}"
@@ -353,6 +355,7 @@ def test_plain_registry_is_spoken_to_over_http(plain, config):
     assert repo.api.ping().status_code == 200
 
 
+@pytest.mark.docker
 def test_artifacts_and_reports(plain, config):
     repo = Repository.parse(f"{plain.host}/art")
     assert registry.fetch_artifact(repo, "nothing", ART) is None
@@ -388,6 +391,7 @@ def test_artifacts_and_reports(plain, config):
     assert registry.fetch_artifact(repo, "t2", ART)[1:] == ({"a": [2], "b": 1}, b"payload")
 
 
+@pytest.mark.docker
 def test_an_artifact_with_two_layers_is_not_one(plain, config):
     repo = Repository.parse(f"{plain.host}/art2")
     layer = registry._put_blob(repo, b"one")
@@ -410,6 +414,7 @@ def test_an_artifact_with_two_layers_is_not_one(plain, config):
     assert registry.fetch_artifact(repo, "one", ART)[1:] == ({}, b"one")
 
 
+@pytest.mark.docker
 def test_smoke_reports(plain, config):
     repo = Repository.parse(f"{plain.host}/reports")
     image, _, _ = upload_image(repo, "img")
@@ -433,6 +438,7 @@ def test_smoke_reports(plain, config):
     assert registry.fetch_report(repo, other) == {}
 
 
+@pytest.mark.docker
 def test_image_config_and_manifests_by_digest(plain, config):
     repo = Repository.parse(f"{plain.host}/images")
     digest, body, cfg = upload_image(repo, "v1")
@@ -445,6 +451,7 @@ def test_image_config_and_manifests_by_digest(plain, config):
     assert registry.manifest_descriptor(Repository.parse(f"{plain.host}/none"), "v1") is None
 
 
+@pytest.mark.docker
 def test_indexes(plain, config):
     repo = Repository.parse(f"{plain.host}/multi")
     amd, amd_body, _ = upload_image(repo, "amd")
@@ -479,6 +486,7 @@ def test_indexes(plain, config):
     assert registry.fetch_index(repo, "odd") == (d, {"linux/amd64": arm})
 
 
+@pytest.mark.docker
 def test_an_index_of_manifests_the_registry_lacks_is_refused(plain, config):
     repo = Repository.parse(f"{plain.host}/lacks")
     body = registry.index_document([("linux/amd64", {"mediaType": OCI_MANIFEST,
@@ -490,6 +498,7 @@ def test_an_index_of_manifests_the_registry_lacks_is_refused(plain, config):
     assert "MANIFEST_BLOB_UNKNOWN" in e.value.facts[0] or "manifest" in e.value.facts[0].lower()
 
 
+@pytest.mark.docker
 def test_a_manifest_the_registry_refuses(plain, config):
     repo = Repository.parse(f"{plain.host}/refused")
     with pytest.raises(JobFailed) as e:  # not a tag: no route there, 404
@@ -498,6 +507,7 @@ def test_a_manifest_the_registry_refuses(plain, config):
     assert e.value.facts == ["404 page not found\n"]
 
 
+@pytest.mark.docker
 def test_blob_fetch_checks_and_missing_blob(plain, config):
     repo = Repository.parse(f"{plain.host}/blobs")
     d = registry._put_blob(repo, b"hello")
@@ -532,6 +542,7 @@ def test_unreachable_and_not_a_registry(not_a_registry, config):
     assert e.value.hint == f"start it, or check the registry name ({dead})"
 
 
+@pytest.mark.docker
 def test_other_statuses_are_errors(plain, config):
     repo = Repository.parse(f"{plain.host}/status")
     cfg = registry._put_blob(repo, b'{"os":"linux"}')
@@ -552,6 +563,7 @@ def test_other_statuses_are_errors(plain, config):
 
 # --- Basic ------------------------------------------------------------------------------------
 
+@pytest.mark.docker
 def test_basic_auth(basic, config):
     reg, users = basic
     repo = Repository.parse(f"{reg.host}/imgbuild")
@@ -586,6 +598,7 @@ def test_basic_auth(basic, config):
     assert wrong not in json.dumps(e.value.to_dict())
 
 
+@pytest.mark.docker
 def test_basic_auth_through_a_credential_helper(basic, config, tmp_path, monkeypatch):
     reg, users = basic
     (config / "config.json").write_text(json.dumps({"credHelpers": {reg.host: "imgbuildtest"}}))
@@ -604,6 +617,7 @@ def test_basic_auth_through_a_credential_helper(basic, config, tmp_path, monkeyp
 
 # --- Bearer -----------------------------------------------------------------------------------
 
+@pytest.mark.docker
 def test_token_auth_push_and_pull_only(token, config, tmp_path):
     reg, issuer, accounts = token
     login(config, reg.host, "pusher", accounts["pusher"][0])
@@ -631,6 +645,7 @@ def test_token_auth_push_and_pull_only(token, config, tmp_path):
     assert accounts["reader"][0] not in json.dumps(e.value.to_dict())
 
 
+@pytest.mark.docker
 def test_token_auth_images_and_indexes(token, config):
     """Each call asks for the scope it needs: an index push needs pull and push, reads pull."""
     reg, issuer, accounts = token
@@ -649,6 +664,7 @@ def test_token_auth_images_and_indexes(token, config):
         registry.push_index(repo, ("v2",), index)
 
 
+@pytest.mark.docker
 def test_token_auth_without_or_with_wrong_credentials(token, config):
     reg, issuer, accounts = token
     repo = Repository.parse(f"{reg.host}/imgbuild")
@@ -668,6 +684,7 @@ def test_token_auth_without_or_with_wrong_credentials(token, config):
     assert wrong not in json.dumps(e.value.to_dict())
 
 
+@pytest.mark.docker
 def test_an_expired_or_refused_token_is_fetched_again(token, config):
     reg, issuer, accounts = token
     login(config, reg.host, "pusher", accounts["pusher"][0])
@@ -693,6 +710,7 @@ def test_an_expired_or_refused_token_is_fetched_again(token, config):
     assert len(issuer.asked) == n
 
 
+@pytest.mark.docker
 def test_a_request_without_scope_uses_the_challenges(token, config):
     reg, issuer, accounts = token
     login(config, reg.host, "pusher", accounts["pusher"][0])
@@ -705,6 +723,7 @@ def test_a_request_without_scope_uses_the_challenges(token, config):
     assert set(api.tokens) == {""}
 
 
+@pytest.mark.docker
 def test_token_service_failures(odd_token, config):
     reg, issuer = odd_token
     repo = Repository.parse(f"{reg.host}/x")
@@ -765,6 +784,7 @@ def tls_token(tmp_path_factory):
     issuer.stop()
 
 
+@pytest.mark.docker
 def test_a_token_service_over_tls_is_verified_with_its_ca(tls_token, config, monkeypatch):
     reg, issuer, ca = tls_token
     monkeypatch.setattr(distribution, "CERTS_D", config / "no-certs.d")
@@ -781,6 +801,7 @@ def test_a_token_service_over_tls_is_verified_with_its_ca(tls_token, config, mon
 
 # --- TLS --------------------------------------------------------------------------------------
 
+@pytest.mark.docker
 def test_tls_loopback_is_https_without_a_trusted_ca(tls, config):
     reg, ca = tls
     repo = Repository.parse(f"{reg.host}/secure")
@@ -790,6 +811,7 @@ def test_tls_loopback_is_https_without_a_trusted_ca(tls, config):
     assert registry.fetch_artifact(repo, "a", ART)[0] == d
 
 
+@pytest.mark.docker
 def test_tls_verified_with_the_ca_given(tls, config, tmp_path, monkeypatch):
     reg, ca = tls
     monkeypatch.setattr(distribution, "CERTS_D", tmp_path / "certs.d")
@@ -814,6 +836,7 @@ def test_tls_verified_with_the_ca_given(tls, config, tmp_path, monkeypatch):
     assert api.base_url == f"https://{reg.host}" and api._verify_tls is True
 
 
+@pytest.mark.docker
 def test_plain_http_only_where_allowed(plain, config):
     with pytest.raises(EnvError) as e:
         Client(plain.host).request("GET", "/v2/")

@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import run_imgbuild
 
-pytestmark = [pytest.mark.slow, pytest.mark.live]
+pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.docker]
 
 
 def test_the_sglang_slim_image_builds_and_passes_its_smoke_test(docker_client):

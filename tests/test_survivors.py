@@ -28,6 +28,7 @@ WS = Workspace(ROOT / "images", ROOT / "lockfiles")
 
 # 1. `--no-smoke` must hold the moving tags (pipeline/build.py, the gate's `held` branch).
 
+@pytest.mark.docker
 def test_no_smoke_moves_no_tag(docker_client):
     if not registry_available():
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")

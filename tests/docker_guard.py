@@ -1,0 +1,151 @@
+"""Keeps the `docker` marker honest: `-m "not docker"` is what offline runs, mutation runs and a
+run beside other work select, so a test outside the marker must not reach the Docker Engine or
+a registry (one that does may restart the daemon under whatever else runs on the machine).
+
+Two checks, both loaded by tests/conftest.py:
+
+- at collection, a test that asks for a fixture which drives the Engine or starts a registry
+  and is not marked `docker` is an error, named;
+- while it runs, a test outside the marker has DOCKER_HOST pointed at a trap socket of this
+  session's (the docker SDK, the docker CLI and every `imgbuild` subprocess read it) and
+  in-process connections to the shared registry refused; a test that reached either fails,
+  saying which.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# Fixtures that drive the Engine (every fixture built on them asks for them too).
+ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "arm64_base", "private_registry"})
+# The modules' own fixtures that start a real Distribution registry (tests/registries.py); the
+# names are too plain (`basic`, `tls`) to mean a registry elsewhere.
+REGISTRY_FIXTURES = {
+    "test_registry_client": frozenset({"plain", "basic", "token", "odd_token", "tls",
+                                       "tls_token"}),
+    "test_registry_auth": frozenset({"basic", "token", "tls"}),
+}
+
+
+def _shared_registry() -> tuple[str, int]:
+    host, _, port = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000").rpartition(":")
+    return host, int(port)
+
+
+class Trap:
+    """A unix socket that stands where the Engine's would and records who knocks."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.knocks = 0
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(16)
+        threading.Thread(target=self._serve, daemon=True, name="docker-trap").start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.knocks += 1
+            conn.close()  # no Engine here: the client sees a daemon that hung up
+
+    def count(self) -> int:
+        with self._lock:
+            return self.knocks
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _needs_docker(item: pytest.Item) -> str | None:
+    names = set(getattr(item, "fixturenames", ()))
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+    hits = names & (ENGINE_FIXTURES | REGISTRY_FIXTURES.get(module, frozenset()))
+    return ", ".join(sorted(hits)) or None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = [f"{item.nodeid} (uses {fx})" for item in items
+             if (fx := _needs_docker(item)) and item.get_closest_marker("docker") is None]
+    if wrong:
+        raise pytest.UsageError(
+            "these tests drive the Docker Engine or a registry but are not marked docker, so "
+            "-m 'not docker' would run them:\n  " + "\n  ".join(wrong)
+            + "\nmark them @pytest.mark.docker (or the module's pytestmark)")
+
+
+@pytest.fixture(scope="session")
+def docker_trap():
+    d = tempfile.mkdtemp(prefix="docker-trap-")
+    trap = Trap(Path(d) / "docker.sock")
+    yield trap
+    trap.close()
+
+
+@dataclass
+class Watch:
+    """What one unmarked test has reached so far."""
+    trap: Trap
+    knocks_before: int
+    reached: list[str] = field(default_factory=list)
+
+    def verdict(self) -> str | None:
+        what = (["the Docker Engine's socket"] if self.trap.count() > self.knocks_before else [])
+        what += self.reached
+        return f"reached {what[0]} but is not marked docker" if what else None
+
+
+_WATCH = pytest.StashKey[Watch]()
+_ADVICE = ": mark it @pytest.mark.docker, so that -m 'not docker' leaves it out"
+
+
+@pytest.fixture(autouse=True)
+def _no_docker_outside_the_marker(request: pytest.FixtureRequest, monkeypatch):
+    if request.node.get_closest_marker("docker") is not None:
+        yield
+        return
+    trap: Trap = request.getfixturevalue("docker_trap")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{trap.path}")
+    host, port = _shared_registry()
+    watch = Watch(trap, trap.count())
+    real_connect = socket.socket.connect
+
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple) and \
+                address[0] in (host, "localhost") and address[1] == port:
+            watch.reached.append(f"the registry at {address[0]}:{address[1]}")
+            raise ConnectionRefusedError(f"{request.node.nodeid} is not marked docker")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    request.node.stash[_WATCH] = watch
+    yield
+    # A fixture's teardown or a thread the test left running counts too.
+    if (said := watch.verdict()) is not None and not request.node.stash.get(_SAID, False):
+        pytest.fail(f"{request.node.nodeid} {said}{_ADVICE}", pytrace=False)
+
+
+_SAID = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Fails the test itself, not only its teardown, when its body reached Docker unmarked."""
+    result = yield
+    watch = item.stash.get(_WATCH, None)
+    if watch is not None and (said := watch.verdict()) is not None:
+        item.stash[_SAID] = True
+        pytest.fail(f"{item.nodeid} {said}{_ADVICE}", pytrace=False)
+    return result
