@@ -46,10 +46,14 @@ def os_packages(image: str) -> list[dict[str, str]]:
     r = subprocess.run(daemon.cli_command(["run", "--rm", "--network", "none", "--entrypoint",
                                            "cat", image, "/var/lib/dpkg/status"]),
                        capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        return []
+    return dpkg_packages(r.stdout) if r.returncode == 0 else []
+
+
+def dpkg_packages(status: str) -> list[dict[str, str]]:
+    """The installed packages a dpkg status file lists, by name: what the SBOM says the base
+    holds (a package dpkg knows but has not installed, or has removed, is not in it)."""
     out = []
-    for block in r.stdout.split("\n\n"):
+    for block in status.split("\n\n"):
         rec = dict(line.split(": ", 1) for line in block.splitlines()
                    if ": " in line and not line.startswith(" "))
         if rec.get("Status", "").endswith(" installed") and "Package" in rec:

@@ -76,10 +76,17 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache)
         except JobFailed as e:
-            unreachable = [u for u in plan.extra_index_urls
-                           if any(f"Failed to fetch: {u}" in ln for ln in e.log_tail)]
-            if unreachable and not carried:
-                e.hint = (f"{unreachable[0]} is out of reach from the build; a local "
-                          "directory holding the same wheels can stand in for it: "
-                          "--wheels DIR (or IMGBUILD_WHEELS)")
+            e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise
+
+
+def unreachable_hint(extra_index_urls: tuple[str, ...], log_tail: list[str],
+                     carried: bool) -> str | None:
+    """The hint for a build that failed because uv inside it could not reach an extra index
+    (the CPU torch index, say), when no local wheel directory stood in for it; else None."""
+    unreachable = [u for u in extra_index_urls
+                   if any(f"Failed to fetch: {u}" in ln for ln in log_tail)]
+    if unreachable and not carried:
+        return (f"{unreachable[0]} is out of reach from the build; a local directory holding "
+                "the same wheels can stand in for it: --wheels DIR (or IMGBUILD_WHEELS)")
+    return None
