@@ -24,7 +24,7 @@ from builder.pipeline.index import Stored, refusals
 from builder.plan.decide import make_plan
 
 from .conftest import checkout_workspace
-from .wheelfactory import LocalIndex, WheelSpec
+from .wheelfactory import LocalIndex, WheelSpec, make_wheel
 
 WS = checkout_workspace()
 DIGEST = "sha256:" + "ab" * 32
@@ -79,6 +79,54 @@ def test_every_platforms_problem_is_said_not_only_the_first():
         f"linux/amd64: no smoke report stored for {stored('linux/amd64').descriptor['digest']}",
         f"linux/arm64: its smoke report for {stored('linux/arm64').descriptor['digest']} "
         "says FAILED"]
+
+
+def test_a_missing_platform_does_not_hide_the_next_ones_problem():
+    problems = refusals((stored("linux/amd64", there=False),
+                         stored("linux/arm64", report={"ok": False})))
+    assert [p.split(":")[0] for p in problems] == ["linux/amd64", "linux/arm64"]
+    assert problems[0] == "linux/amd64: r/t:t-amd64 is not in the registry"
+
+
+def test_an_assembled_index_says_what_it_lists_and_pushed():
+    from builder.pipeline.index import Assembled
+    from builder.plan.index import make_index_plan
+
+    ix = make_index_plan(WS, "tiny-cpu-multi", repository="reg.example/r", resolve=False)
+    digest = "sha256:" + "ef" * 32
+    a = Assembled(ix, digest, (("linux/amd64", "sha256:a"), ("linux/arm64", "sha256:b")),
+                  (f"{ix.ref()}@{digest}",))
+    assert a.to_dict() == {
+        "target": "tiny-cpu-multi", "content_tag": ix.content_tag, "refs": list(ix.refs),
+        "digest": digest, "manifests": {"linux/amd64": "sha256:a", "linux/arm64": "sha256:b"},
+        "pushed": [f"{ix.ref()}@{digest}"]}
+
+
+# --- which platform's image a pull takes -----------------------------------------------------
+
+def test_a_pull_takes_the_platform_asked_for_else_the_hosts_else_the_only_one():
+    from builder.errors import InputError
+    from builder.pipeline.pull import choose_platform
+
+    both = ("linux/amd64", "linux/arm64")
+    assert choose_platform(both, "linux/arm64", "linux/amd64", "t") == (
+        "linux/arm64", "asked for with --platform")
+    assert choose_platform(both, None, "linux/arm64", "t") == (
+        "linux/arm64", "this host's platform")
+    assert choose_platform(("linux/arm64",), None, "linux/amd64", "t") == (
+        "linux/arm64", "the target's only platform (this host is linux/amd64)")
+    with pytest.raises(InputError) as e:
+        choose_platform(both, "linux/riscv64", "linux/amd64", "t")
+    assert str(e.value) == "target 't' has no image for linux/riscv64"
+    assert e.value.facts == ["it is built for linux/amd64, linux/arm64"]
+    assert e.value.hint == "pass one of those to --platform"
+    with pytest.raises(InputError) as e:  # asked for: never swapped for the host's own
+        choose_platform(("linux/amd64",), "linux/arm64", "linux/amd64", "t")
+    with pytest.raises(InputError) as e:
+        choose_platform(both, None, "linux/s390x", "t")
+    assert str(e.value) == "target 't' has no image for this host's platform linux/s390x"
+    assert e.value.facts == ["it is built for linux/amd64, linux/arm64"]
+    assert e.value.hint.startswith("pass --platform to pull one of those anyway")
 
 
 # --- a streamed wheel member is checked against the wheel's RECORD ---------------------------
@@ -307,3 +355,252 @@ def test_without_index_credentials_the_hosts_secrets_are_passed_as_they_are(tiny
     assert built.secrets == host and built.carried == ()
     assert built.context == tmp_path / "context" and (tmp_path / "secrets").is_dir()
     assert list((tmp_path / "secrets").iterdir()) == []
+
+
+def test_a_build_that_could_not_reach_an_extra_index_is_told_to_use_a_wheel_directory():
+    from builder.pipeline.obtain import unreachable_hint
+
+    torch, other = "https://download.pytorch.org/whl/cpu", "https://idx.example/simple"
+    tail = ["#9 1.2 error: Failed to fetch: https://download.pytorch.org/whl/cpu/torch/"]
+    assert unreachable_hint((other, torch), tail, False) == (
+        f"{torch} is out of reach from the build; a local directory holding the same wheels "
+        "can stand in for it: --wheels DIR (or IMGBUILD_WHEELS)")
+    # The first of several that failed is named.
+    both = [f"error: Failed to fetch: {other}/x/", *tail]
+    assert unreachable_hint((other, torch), both, False).startswith(f"{other} is out of reach")
+    # A wheel directory stood in already, or nothing failed to fetch: the build's own hint.
+    assert unreachable_hint((torch,), tail, True) is None
+    assert unreachable_hint((torch,), ["error: No space left on device"], False) is None
+    assert unreachable_hint((), tail, False) is None
+
+
+# --- what the attestations say, whole --------------------------------------------------------
+
+def test_an_sboms_document_whole(tiny):
+    plan, lock = tiny
+    doc = sbom_of(tiny)
+    pypi = [c for c in doc["components"] if c["purl"].startswith("pkg:pypi/")]
+    assert len(pypi) == len(lock.packages) == len(doc["components"]) - 1
+    torch = lock.package("torch")
+    assert next(c for c in pypi if c["name"] == "torch") == {
+        "type": "library", "name": "torch", "version": torch.version,
+        "purl": f"pkg:pypi/torch@{torch.version}",
+        "hashes": [{"alg": "SHA-256", "content": h.split(":", 1)[1]} for h in torch.hashes]}
+    assert doc["components"][-1] == {"type": "library", "name": "libc6", "version": "2.36-9",
+                                     "purl": "pkg:deb/debian/libc6@2.36-9?arch=amd64"}
+    assert {k: v for k, v in doc.items() if k != "components"} == {
+        "bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1,
+        # The same digest always gives this serial number (a version-5-shaped UUID).
+        "serialNumber": "urn:uuid:7b28e61b-c1d2-5223-8192-478f2c9d3b56",
+        "metadata": {
+            "tools": {"components": [{"type": "application", "name": "imgbuild",
+                                      "version": attest.imgbuild_version()}]},
+            "component": {"type": "container", "name": "imgbuild",
+                          "version": plan.content_tag, "bom-ref": DIGEST,
+                          "properties": [{"name": "io.imgbuild.lock.hash",
+                                          "value": lock.digest}]}}}
+
+
+def test_a_provenance_statement_whole(tiny):
+    import dataclasses
+
+    plan, _ = tiny
+    patched = dataclasses.replace(plan, patch_digest="sha256:" + "11" * 32,
+                                  applied_patches=("one", "two"))
+    doc = attest.provenance(patched, DIGEST, "c0ffee")
+    assert doc == {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": plan.ref(), "digest": {"sha256": "ab" * 32}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://github.com/imgbuild/imgbuild/build/v1",
+                "externalParameters": {"target": "tiny-cpu", "model": None, "archs": ["cpu"],
+                                       "flavor": plan.flavor,
+                                       "content_key": plan.content_key},
+                "resolvedDependencies": [
+                    {"uri": plan.base_image,
+                     "digest": {"sha256": plan.base_digest.split(":", 1)[1]}},
+                    {"uri": f"lockfiles/{Path(plan.lock_path).name}",
+                     "digest": {"sha256": plan.lock_hash.split(":", 1)[1]}},
+                    {"uri": "images/tiny-cpu.yaml",
+                     "digest": {"sha256": plan.spec_digest.split(":", 1)[1]}},
+                    {"uri": "patches:one,two", "digest": {"sha256": "11" * 32}},
+                    {"uri": "smoke-model:tiny-nvfp4",
+                     "digest": {"sha256": plan.smoke_model_key}}]},
+            "runDetails": {"builder": {"id": f"imgbuild {attest.imgbuild_version()}"},
+                           "metadata": {"source": {"git_commit": "c0ffee"}}}}}
+    # No patches, no smoke model, a base known by no digest: those lines are left out.
+    bare = dataclasses.replace(plan, smoke_model_key=None, base_digest=None)
+    deps = attest.provenance(bare, DIGEST, None)["predicate"]["buildDefinition"][
+        "resolvedDependencies"]
+    assert [d["uri"].split(":")[0].split("/")[0] for d in deps] == [
+        plan.base_image.split(":")[0], "lockfiles", "images"]
+    assert deps[0]["digest"] == {}
+
+
+def test_artifact_tags_version_and_bytes():
+    assert attest.tag(DIGEST, "sbom") == "sha256-" + "ab" * 32 + ".sbom"
+    assert attest.tag(DIGEST, "provenance").endswith(".provenance")
+    from importlib.metadata import version
+    assert attest.imgbuild_version() == version("imgbuild")
+    assert attest.dumps({"b": 1, "a": [1]}) == b'{\n  "a": [\n    1\n  ],\n  "b": 1\n}'
+
+
+def test_the_workspaces_git_commit_is_recorded_and_none_outside_git(tmp_path):
+    import subprocess
+
+    assert attest.git_commit(tmp_path) is None
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert attest.git_commit(tmp_path) == head and len(head) == 40
+
+
+DPKG = """Package: zlib1g
+Status: install ok installed
+Version: 1:1.2.13.dfsg-1
+Architecture: amd64
+Description: compression library
+ a continuation line: with a colon
+
+Package: libc6
+Status: install ok installed
+Version: 2.36-9+deb12u4
+Architecture: amd64
+
+Package: gone
+Status: deinstall ok config-files
+Version: 1.0
+
+Package: half
+Status: install reinstreq half-installed
+Version: 1.0
+
+Package: bare
+Status: install ok installed
+"""
+
+
+def test_the_base_os_packages_are_the_installed_ones_by_name():
+    assert attest.dpkg_packages(DPKG) == [
+        {"name": "bare", "version": "", "arch": ""},
+        {"name": "libc6", "version": "2.36-9+deb12u4", "arch": "amd64"},
+        {"name": "zlib1g", "version": "1:1.2.13.dfsg-1", "arch": "amd64"}]
+    assert attest.dpkg_packages("") == []
+    assert attest.dpkg_packages("Status: install ok installed\nVersion: 1\n") == []
+
+
+# --- the build's inputs: secrets from the host, the context's files --------------------------
+
+def test_the_hosts_secrets_come_from_the_environment_then_the_usual_places(tmp_path,
+                                                                          monkeypatch):
+    from builder.image import context
+
+    ca, other_ca, netrc = (tmp_path / n for n in ("ca.crt", "ssl.crt", "netrc"))
+    for p in (ca, other_ca, netrc):
+        p.write_text("x\n")
+    for var in ("IMGBUILD_CA_BUNDLE", "SSL_CERT_FILE", "IMGBUILD_NETRC"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc there
+    monkeypatch.setattr(context, "CA_BUNDLES", (str(tmp_path / "none.crt"), str(other_ca)))
+    assert Secrets.from_host() == Secrets(other_ca, None)  # the first bundle that exists
+    monkeypatch.setenv("SSL_CERT_FILE", str(other_ca))
+    monkeypatch.setenv("IMGBUILD_CA_BUNDLE", str(ca))
+    monkeypatch.setenv("IMGBUILD_NETRC", str(netrc))
+    assert Secrets.from_host() == Secrets(ca, netrc)  # imgbuild's own variable first
+    monkeypatch.delenv("IMGBUILD_CA_BUNDLE")
+    assert Secrets.from_host().cacert == other_ca
+    # Named but missing: no secret (a build secret whose file is missing fails the build).
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "gone.crt"))
+    monkeypatch.setenv("IMGBUILD_NETRC", str(tmp_path / "gone"))
+    assert Secrets.from_host() == Secrets(None, None)
+    monkeypatch.delenv("IMGBUILD_NETRC")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".netrc").write_text("machine h\n")
+    assert Secrets.from_host().netrc == tmp_path / "home" / ".netrc"
+    assert Secrets(None, None).args() == []
+    assert Secrets(ca, None).args() == ["--secret", f"id=cacert,src={ca}"]
+
+
+def test_the_index_netrc_names_each_credentialed_host_before_the_hosts_own(tmp_path):
+    host = tmp_path / "host-netrc"
+    host.write_text("machine other.example login me password p0\n")
+    s = Secrets(None, host).with_index_credentials(
+        ("https://u%40x:p%2F1@one.example/simple/", "https://two.example/simple/",
+         "http://v:p2@three.example:8080/simple/"), tmp_path)
+    assert s.netrc == tmp_path / "netrc" and s.cacert is None
+    assert s.netrc.read_text() == (
+        "machine one.example login u@x password p/1\n"
+        "machine three.example login v password p2\n"
+        "machine other.example login me password p0\n")
+    assert s.netrc.stat().st_mode & 0o777 == 0o600
+    # No host netrc: only the index's lines.
+    again = Secrets(None, None).with_index_credentials(("https://a:b@one.example/s/",),
+                                                       tmp_path)
+    assert again.netrc.read_text() == "machine one.example login a password b\n"
+
+
+def test_the_context_carries_only_the_wheels_the_lock_pins(tiny, tmp_path):
+    from builder.image.context import index_flags, local_wheels
+
+    plan, lock = tiny
+    torch = lock.package("torch")
+    d = tmp_path / "wheels"
+    stranger = make_wheel(WheelSpec("stranger", "1.0"), d)
+    assert local_wheels(lock, None) == [] and local_wheels(lock, d) == []
+    # A wheel whose sha256 the lock pins (the lock as if it pinned it among torch's hashes).
+    import dataclasses
+    sha = "sha256:" + _sha256(stranger)
+    lock2 = dataclasses.replace(lock, packages=tuple(
+        dataclasses.replace(p, hashes=(*p.hashes, sha)) if p is torch else p
+        for p in lock.packages))
+    assert local_wheels(lock2, d) == [stranger]
+    built = prepare_build(plan, lock2, tmp_path / "s", wheels=d, smoke_model_dir=None,
+                          patches={}, index_urls=(), host=Secrets(None, None))
+    assert built.carried == (stranger,)
+    assert (built.context / "wheels" / stranger.name).read_bytes() == stranger.read_bytes()
+    assert index_flags(plan, True) == (
+        "--find-links /opt/imgbuild-wheels --index-strategy unsafe-best-match")
+    assert index_flags(plan, False) == ("--extra-index-url https://download.pytorch.org/whl/"
+                                        "cpu --index-strategy unsafe-best-match")
+    assert index_flags(dataclasses.replace(plan, extra_index_urls=()), False) == ""
+
+
+def test_the_context_holds_the_rendered_build_and_the_smoke_checkpoint(tiny, tmp_path):
+    from builder.plan import render
+
+    plan, lock = tiny
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    built = prepare_build(plan, lock, tmp_path / "s", wheels=None, smoke_model_dir=model,
+                          patches={}, index_urls=(), host=Secrets(None, None))
+    ctx = built.context
+    assert (ctx / "Dockerfile").read_text() == render.dockerfile(plan)
+    assert (ctx / "lock" / "heavy.txt").read_text() == lock.requirements_text(heavy=True)
+    assert (ctx / "lock" / "rest.txt").read_text() == lock.requirements_text(heavy=False)
+    assert (ctx / "lock" / "lock.txt").read_bytes() == lock.path.read_bytes()
+    assert not (ctx / "lock" / "heavy-torch.txt").exists()  # not split: one heavy layer
+    assert os.access(ctx / "tools" / "uv", os.X_OK)
+    for name in render.PAYLOAD_FILES:
+        assert (ctx / "payload" / name).read_bytes() == (render.PAYLOAD_DIR / name).read_bytes()
+    assert (ctx / "payload" / "entrypoint.sh").read_text() == render.entrypoint_sh()
+    assert (ctx / "payload" / "image.json").read_text() == render.image_facts(plan)
+    assert (ctx / "smoke" / "model" / "config.json").read_text() == "{}"
+    assert list((ctx / "wheels").iterdir()) == [] and not (ctx / "patchset").exists()
+
+
+def test_a_context_that_cannot_be_written_is_said_with_the_path(tiny, tmp_path):
+    from builder.errors import EnvError
+
+    plan, lock = tiny
+    (tmp_path / "context").mkdir()  # in the way: prepare_context makes it
+    (tmp_path / "context" / "lock").mkdir()
+    with pytest.raises(EnvError) as e:
+        prepare_build(plan, lock, tmp_path, wheels=None, smoke_model_dir=None, patches={},
+                      index_urls=(), host=Secrets(None, None))
+    assert str(e.value).startswith(f"cannot write the build context {tmp_path / 'context'}: ")
+    assert e.value.facts == [f"{tmp_path / 'context'} is removed"]
