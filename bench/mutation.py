@@ -62,6 +62,23 @@ MODULES: dict[str, list[str]] = {
     # the registry client over HTTP, against the Distribution registry binary (no Engine)
     "builder/image/distribution.py": ["tests/test_registry_client.py"],
     "builder/image/registry.py": ["tests/test_registry_client.py"],
+    # what decides trust: the index's refusals, verify's judgement, the build's inputs, the
+    # pull's platform, a wheel's hashes (their registry reads and Engine steps are Engine-only)
+    "builder/pipeline/index.py": ["tests/test_trust_paths.py"],
+    "builder/pipeline/obtain.py": ["tests/test_trust_paths.py"],
+    "builder/pipeline/pull.py": ["tests/test_trust_paths.py"],
+    # fetching and checking a wheel: hashes, Range, RECORD (the drift check's own tests reach it
+    # too, at 15 s a mutant: too slow for every mutant of a 700-line module)
+    "builder/lock/wheels.py": ["tests/test_trust_paths.py",
+                               "tests/test_drift.py::test_range_reads_only_what_is_needed",
+                               "tests/test_drift.py::test_json_index_without_range_falls_back"
+                               "_to_a_full_download",
+                               "tests/test_drift.py::test_no_file_with_a_locked_hash_is_a_job"
+                               "_failure",
+                               "tests/test_drift.py::test_unreachable_index_is_an_environment"
+                               "_error"],
+    "builder/image/attest.py": ["tests/test_trust_paths.py"],
+    "builder/image/context.py": ["tests/test_trust_paths.py", "tests/test_plan_render.py"],
 }
 EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
 KINDS = ("equivalent", "harmless")
