@@ -463,8 +463,10 @@ DPKG = """Package: zlib1g
 Status: install ok installed
 Version: 1:1.2.13.dfsg-1
 Architecture: amd64
-Description: compression library
+Description: compression library: deflate
  a continuation line: with a colon
+Conffiles:
+ /etc/zlib.conf 0123abcd
 
 Package: libc6
 Status: install ok installed
@@ -604,3 +606,37 @@ def test_a_context_that_cannot_be_written_is_said_with_the_path(tiny, tmp_path):
                       index_urls=(), host=Secrets(None, None))
     assert str(e.value).startswith(f"cannot write the build context {tmp_path / 'context'}: ")
     assert e.value.facts == [f"{tmp_path / 'context'} is removed"]
+
+
+def test_a_pulls_outcome_says_what_was_pulled_and_verified(tiny):
+    from builder.pipeline.pull import PullOutcome
+
+    plan, _ = tiny
+    v = attest.Verification(plan.ref(), DIGEST, (("sbom", True, "d"),))
+    out = PullOutcome(plan, plan.ref(), DIGEST, DIGEST, {"ok": True}, v, "linux/amd64",
+                      "this host's platform", ("imgbuild:tiny-cpu",), "sha256:" + "9" * 64)
+    assert out.to_dict() == {
+        "target": "tiny-cpu", "ref": plan.ref(), "digest": DIGEST, "registry_digest": DIGEST,
+        "refs": [plan.ref(), "imgbuild:tiny-cpu"], "platform": "linux/amd64",
+        "platform_why": "this host's platform", "index_digest": "sha256:" + "9" * 64,
+        "smoke_report": {"ok": True},
+        "verified": {"ref": plan.ref(), "digest": DIGEST, "ok": True,
+                     "checks": [{"check": "sbom", "ok": True, "detail": "d"}]}}
+    bare = PullOutcome(plan, plan.ref(), DIGEST, DIGEST).to_dict()
+    assert bare["verified"] is None and bare["refs"] == [plan.ref()] and bare["platform"] == ""
+    assert not attest.Verification("r", DIGEST, (("a", True, ""), ("b", False, ""))).ok
+
+
+def test_an_sbom_missing_parts_fails_its_check_without_a_traceback(tiny):
+    # Whoever tampers with an SBOM may drop any key; verify still answers, as a failed check.
+    _, lock = tiny
+    empty = pins_digest(())
+    assert attest.check_sbom({}, lock.digest) == (
+        "sbom", False, f"0 locked packages, 0 OS packages; their pins ({empty[:19]}…) differ "
+        f"from the image's lock label ({lock.digest})")
+    doc = {"components": [{"name": "torch", "version": "1", "purl": "pkg:pypi/torch@1"},
+                          {"name": "nameless-purl", "version": "1"}]}
+    unhashed = pins_digest((LockedPackage("torch", "1", ()),))
+    assert attest.check_sbom(doc, unhashed) == (
+        "sbom", True, "1 locked packages, 0 OS packages; their pins match the image's lock "
+        "label")
