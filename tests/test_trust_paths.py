@@ -509,6 +509,9 @@ def test_the_hosts_secrets_come_from_the_environment_then_the_usual_places(tmp_p
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc there
     monkeypatch.setattr(context, "CA_BUNDLES", (str(tmp_path / "none.crt"), str(other_ca)))
     assert Secrets.from_host() == Secrets(other_ca, None)  # the first bundle that exists
+    monkeypatch.setattr(context, "CA_BUNDLES", (str(tmp_path / "none.crt"),))
+    assert Secrets.from_host() == Secrets(None, None)  # none: the build goes without one
+    monkeypatch.setattr(context, "CA_BUNDLES", (str(tmp_path / "none.crt"), str(other_ca)))
     monkeypatch.setenv("SSL_CERT_FILE", str(other_ca))
     monkeypatch.setenv("IMGBUILD_CA_BUNDLE", str(ca))
     monkeypatch.setenv("IMGBUILD_NETRC", str(netrc))
@@ -593,6 +596,41 @@ def test_the_context_holds_the_rendered_build_and_the_smoke_checkpoint(tiny, tmp
     assert (ctx / "payload" / "image.json").read_text() == render.image_facts(plan)
     assert (ctx / "smoke" / "model" / "config.json").read_text() == "{}"
     assert list((ctx / "wheels").iterdir()) == [] and not (ctx / "patchset").exists()
+    assert sorted(os.listdir(ctx)) == ["Dockerfile", "lock", "payload", "smoke", "tools",
+                                       "wheels"]
+    bare = prepare_build(plan, lock, tmp_path / "t", wheels=None, smoke_model_dir=None,
+                         patches={}, index_urls=(), host=Secrets(None, None)).context
+    assert os.listdir(bare / "smoke") == ["model"] and os.listdir(bare / "smoke" / "model") == []
+
+
+def test_a_patched_targets_context_carries_its_patch_layer(tmp_path):
+    from builder.plan import patchset
+
+    plan = make_plan(WS, "sglang-0516-blackwell", resolve=False)
+    lock = WS.target("sglang-0516-blackwell", plan.platform).lock()
+    assert plan.patch_digest
+    built = prepare_build(plan, lock, tmp_path, wheels=None, smoke_model_dir=None,
+                          patches=WS.patches, index_urls=(), host=Secrets(None, None))
+    want = patchset.context_files(plan.patches, lock, WS.patches)
+    got = {str(p.relative_to(built.context / "patchset")): p.read_text()
+           for p in (built.context / "patchset").rglob("*") if p.is_file()}
+    assert got == want and "patcher.py" in got
+
+
+def test_a_file_on_another_filesystem_is_copied_into_the_context(tmp_path):
+    from builder.image.context import _link_or_copy
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs a second filesystem (/dev/shm) to make os.link fail")
+    src = shm / f"imgbuild-test-{os.getpid()}"
+    src.write_bytes(b"uv")
+    try:
+        _link_or_copy(src, tmp_path / "tools" / "uv")
+        assert (tmp_path / "tools" / "uv").read_bytes() == b"uv"
+        assert (tmp_path / "tools" / "uv").stat().st_ino != src.stat().st_ino
+    finally:
+        src.unlink()
 
 
 def test_a_context_that_cannot_be_written_is_said_with_the_path(tiny, tmp_path):
