@@ -96,7 +96,7 @@ CASES = {
     "flashinfer-no-nvcc.log": ("flashinfer-jit-no-nvcc", 7, {}, ("0", "1"), 2),
     "triton-no-cc.log": ("triton-no-c-compiler", 5, {}, ("0",), 2),
     "hf-gated.log": ("hf-gated-repo", 10, {}, (), 3),
-    "vllm-no-scheme.log": ("vllm-no-compatible-scheme", 9, {"layer": "a layer"}, (), 1),
+    "vllm-no-scheme.log": ("vllm-no-compatible-scheme", 9, {}, (), 1),
     "vllm-keyerror-weight-scale.log": (
         "vllm-keyerror-weight-scale", 9,
         {"module": "layers.0.mlp.down_proj", "tensor": "weight_scale"}, (), 1),
@@ -425,3 +425,144 @@ def test_cli_reads_stdin(name, fid):
                        check=False, capture_output=True, env=env, timeout=120, text=True)
     out = r.stdout + r.stderr
     assert (fid in out) if fid else (doctor.NO_MATCH in out)
+
+
+# --- a value the log does not give (issue 26) ----------------------------------------------------
+
+# A plain Python server (no engine) that cannot bind its port: the port is on the first line,
+# not on the error line; its logging writes a bracketed timestamp, as SGLang's does.
+SERVE_PY = """\
+[2026-03-02 10:00:00] Starting HTTP server on 0.0.0.0:30000
+[2026-03-02 10:00:00] Loading routes from /app/routes.yaml
+Traceback (most recent call last):
+  File "/app/serve.py", line 41, in <module>
+    server = HTTPServer(("0.0.0.0", 30000), Handler)
+  File "/usr/lib/python3.11/socketserver.py", line 456, in __init__
+    self.server_bind()
+  File "/usr/lib/python3.11/socketserver.py", line 472, in server_bind
+    self.socket.bind(self.server_address)
+OSError: [Errno 98] Address already in use
+"""
+
+
+def _commands(text: str) -> list[str]:
+    return re.findall(r"`[^`]*`", text)
+
+
+def _phrases(fid: str) -> set[str]:
+    """What a failure writes for a value the log did not give: its defaults, its tables'."""
+    fp = next(f for f in FAILURES.fingerprints if f.id == fid)
+    return {v for _, v in fp.defaults if v} | {dv.default for dv in fp.derive if dv.default}
+
+
+def test_a_value_not_on_the_error_line_is_taken_from_the_lines_around(tmp_path):
+    d, = doctor.diagnose(SERVE_PY, FAILURES)
+    assert d.id == "port-in-use" and d.line == 10
+    assert d.title == "the port 30000 is already in use"
+    assert d.cause.startswith("The server could not listen on port 30000: ")
+    assert "`ss -ltnp | grep :30000`" in d.fix
+    assert "the server wanted" not in d.cause + d.fix + d.title
+    # The line that gave the port is evidence, labelled with what it gave.
+    assert [(e.line, e.role) for e in d.evidence] == [(10, "match"), (1, "port")]
+    assert dict(d.captures) == {"host": "0.0.0.0", "port": "30000"}
+    # As a user reads it, for people and as JSON.
+    f = tmp_path / "serve.log"
+    f.write_text(SERVE_PY)
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "could not listen on port 30000" in r.stdout
+    assert "`ss -ltnp | grep :30000`" in r.stdout
+    assert "line 1 (port): [2026-03-02 10:00:00] Starting HTTP server on 0.0.0.0:30000" \
+        in r.stdout
+    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f), "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    j, = json.loads(r.stdout)["diagnoses"]
+    assert j["captures"] == {"host": "0.0.0.0", "port": "30000"}
+    assert "`ss -ltnp | grep :30000`" in j["fix"]
+    assert [(e["line"], e["role"]) for e in j["evidence"]] == [(10, "match"), (1, "port")]
+
+
+@pytest.mark.parametrize("before", [
+    "[2026-03-02 10:00:00] server_args=ServerArgs(host='127.0.0.1', port=30001, nccl_port=None)",
+    "INFO:     Uvicorn running on http://127.0.0.1:30001 (Press CTRL+C to quit)",
+    "python3 -m sglang.launch_server --model-path m --nccl-port 5000 --port 30001",
+    "Starting vLLM API server 0 on http://[::1]:30001",
+])
+def test_the_port_is_read_from_how_servers_announce_it(before):
+    text = before + "\nLoading model on cuda:0\nOSError: [Errno 98] Address already in use\n"
+    d, = doctor.diagnose(text, FAILURES)
+    assert d.captures["port"] == "30001" and "`ss -ltnp | grep :30001`" in d.fix
+
+
+def test_a_value_the_log_does_not_give_is_left_out_of_the_sentence(tmp_path):
+    # `on cuda:0` is no port; nothing else around says one.
+    text = SERVE_PY.replace("Starting HTTP server on 0.0.0.0:30000", "Loading model on cuda:0")
+    d, = doctor.diagnose(text, FAILURES)
+    assert d.title == "a port the server wanted is already in use"
+    assert d.cause.startswith("The server could not listen on a port it wanted (the log does "
+                              "not say which): ")
+    assert _commands(d.fix)[0] == "`ss -ltnp`" and "grep" not in d.fix
+    assert "port" not in d.captures and [e.role for e in d.evidence] == ["match"]
+    f = tmp_path / "serve.log"
+    f.write_text(text)
+    for args in ((), ("--json",)):
+        r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f), *args],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stderr
+        assert "listen on the server wanted" not in r.stdout and "grep :" not in r.stdout
+
+
+def test_no_command_holds_a_phrase_for_a_missing_value():
+    # Each failure's examples, alone (the fewest values a log gives): every command in the
+    # answer runs as written, and no sentence keeps a segment's or a placeholder's marks.
+    cases = [(fp.id, ex) for fp in FAILURES.fingerprints for ex in fp.examples]
+    cases += [("compression-format-missing",
+               "AttributeError: type object 'CompressionFormat' has no attribute 'fp3_new'"),
+              ("cuda-out-of-memory", "RuntimeError: CUDA out of memory.")]
+    for fid, ex in cases:
+        d = next(d for d in doctor.diagnose(ex, FAILURES) if d.id == fid)
+        for text in (d.title, d.cause, d.fix):
+            assert not re.search(r"\{\w+\}|\[\[|\]\]|\|\|", text), (fid, text)
+        for cmd in _commands(d.title + d.cause + d.fix):
+            assert not [p for p in _phrases(fid) if p in cmd], (fid, cmd)
+        # --json's captures are the log's values, never the phrases for missing ones.
+        assert not set(d.captures.values()) & _phrases(fid), (fid, dict(d.captures))
+    d, = doctor.diagnose(cases[-2][1], FAILURES)
+    assert "compressed-tensors>=" not in d.fix and "CompressionFormat.fp3_new" in d.fix
+    d, = doctor.diagnose(cases[-1][1], FAILURES)
+    assert d.title == "CUDA out of memory" and " GPU ?" not in d.cause
+
+
+@pytest.mark.parametrize("old,new,key,said", [
+    # a default inside a command: refused, with the way to write it
+    ("fix: run `imgbuild check-deps TARGET`",
+     "defaults: {colour: red}\n    fix: run `imgbuild paint --colour {colour}`", "failures[0].fix",
+     "always gives"),
+    ("fix: run `imgbuild check-deps TARGET`", "fix: run [[`imgbuild x {name}`", "failures[0].fix",
+     "segments"),
+    ("fix: run `imgbuild check-deps TARGET`", "fix: run [[`imgbuild x {nmae}`||it]]",
+     "failures[0].fix", "an around line sets"),
+    ("    cause:", "    around: [{regex: 'x', before: 3}]\n    cause:",
+     "failures[0].around[0].regex", "captures"),
+    ("    cause:", "    around: [{regex: '(?P<n>x)', befor: 3}]\n    cause:",
+     "failures[0].around[0].befor", "known keys"),
+])
+def test_segments_and_around_lines_are_checked_when_loaded(tmp_path, old, new, key, said):
+    assert old in GOOD
+    with pytest.raises(SpecError) as e:
+        load_fingerprints(write_catalog(tmp_path, GOOD.replace(old, new, 1)))
+    assert e.value.key == key and said in e.value.message, e.value.message
+
+
+def test_a_segment_takes_a_value_only_from_the_log(tmp_path):
+    text = GOOD.replace("fix: run `imgbuild check-deps TARGET`",
+                        "fix: run [[`imgbuild paint {colour}`||`imgbuild paint` and pick one]]"
+                        "\n    defaults: {colour: a colour}\n"
+                        "    around: [{regex: 'colour=(?P<colour>\\w+)', contains: colour=, "
+                        "before: 2, role: colour}]", 1)
+    cat = load_failures(write_catalog(tmp_path, text))
+    d, = doctor.diagnose("colour=red\nWidgetError: no widget gear\n", cat)
+    assert d.fix == "run `imgbuild paint red`" and d.captures["colour"] == "red"
+    d, = doctor.diagnose("colour=red\n\n\nWidgetError: no widget gear\n", cat)  # too far
+    assert d.fix == "run `imgbuild paint` and pick one" and "colour" not in d.captures

@@ -65,6 +65,80 @@ def test_an_engine_that_imports_the_other_is_still_itself():
     assert run(SGL_FRAME + "\n" + VLLM_FRAME + "\n")[1] is None
 
 
+KUBECTL = ("[pod/vllm-0/vllm] INFO 01-01 12:00:00 [api_server.py:1] vLLM API server version "
+           "0.11.0")
+
+
+def test_a_kubectl_prefixed_line_names_the_engine():
+    # `kubectl logs --prefix`: the pod's prefix is cut like a container runtime's, and the
+    # line says vLLM and its version (it crashed with a TypeError: two signs of one weight on
+    # one line, only one with a version, were compared as tuples holding None).
+    _, e = run(KUBECTL + "\n")
+    assert (e.name, e.version, e.evidence.line, e.certain) == ("vllm", "0.11.0", 1, True)
+    assert e.evidence.text == "INFO 01-01 12:00:00 [api_server.py:1] vLLM API server version 0.11.0"
+    r = cli("-", stdin=KUBECTL + "\n")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "(written by vLLM 0.11.0: line 1)" in r.stdout
+
+
+@pytest.mark.parametrize("line", [
+    # two weight-3 signs on one line: the entry point (no version) and the banner (a version)
+    "INFO 01-01 12:00:00 [vllm/entrypoints/openai/api_server.py:1] vLLM API server version 0.11.0",
+    "[vllm-0] vllm serve m: vLLM API server version 0.11.0",
+    # the same on one SGLang line: its entry point and its version
+    "[2026-01-01 00:00:00] sglang/launch_server.py: sglang==0.5.16",
+])
+def test_equal_signs_on_one_line_give_the_engine_and_its_version(line):
+    _, e = run(line + "\n")
+    assert e is not None and e.version in ("0.11.0", "0.5.16") and e.evidence.line == 1
+    assert e.certain
+
+
+# --- a guess is said as one (issue 26) ------------------------------------------------------------
+
+SERVE_PY = ("[2026-03-02 10:00:00] Starting HTTP server on 0.0.0.0:30000\n"
+            "Traceback (most recent call last):\n"
+            '  File "/app/serve.py", line 41, in <module>\n'
+            "OSError: [Errno 98] Address already in use\n")
+
+
+def test_a_generic_prefix_alone_makes_the_engine_probable():
+    # A bracketed timestamp is SGLang's prefix, and any Python program's: a guess.
+    _, e = run(SERVE_PY)
+    assert (e.name, e.certain, e.evidence.line) == ("sglang", False, 1)
+    assert e.said == ("probably written by SGLang: line 1 starts with SGLang's log line prefix, "
+                      "a bracketed timestamp, which any program's logging can write")
+    r = cli("-", stdin=SERVE_PY)
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("1 known failure found in standard input (probably written by "
+                            "SGLang: line 1 starts with"), first
+    assert "(written by SGLang" not in r.stdout
+    doc = json.loads(cli("-", "--json", stdin=SERVE_PY).stdout)
+    assert doc["engine"]["certain"] is False and doc["engine"]["evidence"]["line"] == 1
+    # A sign only SGLang writes makes it a fact: its scheduler's rank in the prefix, a frame.
+    for text in ("[2026-03-02 10:00:00 TP0] Starting\n", SGL_FRAME + "\n" + SERVE_PY):
+        _, e = run(text)
+        assert (e.name, e.certain) == ("sglang", True), text
+        assert e.said.startswith("written by SGLang: ")
+
+
+def test_a_probable_engine_rules_no_failure_out():
+    # vLLM's sentence in a log whose only sign of SGLang is a bracketed timestamp: vLLM's
+    # failure is possible, not "a known sentence with another cause" from a guess.
+    text = ("[2026-03-02 10:00:00] Starting\n"
+            "ValueError: Free memory on device cuda:0 (2.11/22.05 GiB) on startup is less than "
+            "desired GPU memory utilization (0.9, 19.84 GiB).\n")
+    diags, e = run(text)
+    assert e.name == "sglang" and not e.certain
+    assert ids(diags) == [("vllm-gpu-memory-occupied", False)]
+    assert diags[0].cause.endswith(
+        "(The log does not say for certain which engine wrote it (probably SGLang, from a line "
+        "prefix other programs write too): this holds for vLLM.)")
+    # SGLang's own prefix (a rank in it) is a fact, and the sentence another cause.
+    diags, _ = run(text.replace("10:00:00]", "10:00:00 TP0]", 1))
+    assert ids(diags) == [(doctor.OTHER_CAUSE, True)]
+
+
 # --- the same sentence, by engine and version -----------------------------------------------
 
 def test_vllm_saying_sglangs_sentence_gets_vllms_cause():
@@ -140,7 +214,7 @@ def test_engine_given_is_checked():
     ("ValueError: Free memory on device (31.44/47.38 GiB) on startup is less than desired GPU "
      "memory utilization (0.95, 45.01 GiB). Decrease GPU memory utilization or reduce GPU "
      "memory used by other processes.", "vllm-gpu-memory-occupied",
-     {"free_gib": "31.44", "total_gib": "47.38", "device": "this rank's GPU"}),
+     {"free_gib": "31.44", "total_gib": "47.38"}),
     # older SGLang: a ValueError with min_per_gpu_memory
     ("ValueError: The memory capacity is unbalanced. Some GPUs may be occupied by other "
      "processes. min_per_gpu_memory=8.8841552734375, local_gpu_memory=11.901611328125, "
@@ -235,7 +309,8 @@ def test_the_report_is_on_stdout_whole_in_a_pipe():
     doc = json.loads(r.stdout)
     assert doc["engine"] == {"name": "vllm", "version": "0.9.1", "evidence": {
         "line": 1, "role": "engine", "rank": None,
-        "text": "INFO 06-19 09:50:02 [api_server.py:1287] vLLM API server version 0.9.1"}}
+        "text": "INFO 06-19 09:50:02 [api_server.py:1287] vLLM API server version 0.9.1"},
+        "certain": True}
     assert [d["certain"] for d in doc["diagnoses"]] == [True]
     r = cli("-", "--engine", "sglang==0.5.23", stdin=f"{NO_SCHEME}\n")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -257,7 +332,7 @@ def test_the_catalog_names_known_engines_only(tmp_path):
         text.replace("    engine: vllm\n", "    engine: tgi\n", 1))
     with pytest.raises(SpecError) as e:
         load_failures(images)
-    assert "prefixes[1].engine" in str(e.value) and "tgi" in str(e.value)
+    assert "prefixes[2].engine" in str(e.value) and "tgi" in str(e.value)
     (images / "checks" / "failures.yaml").write_text(
         text.replace("weight: 3}", "weight: 0}", 1))
     with pytest.raises(SpecError, match="a weight of 1 or more"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -296,6 +297,58 @@ def test_a_log_of_any_bytes_is_read(tmp_path_factory, failures, raw):
     f.write_bytes(raw)
     got = judged(lambda: doctor.doctor(failures, str(f)))
     assert not isinstance(got, ImgbuildError) or got.exit_code == 2
+
+
+# What makes doctor name an engine, in pieces a line can hold several of: entry points,
+# banners with and without a version, frames, and the wrappers runtimes put in front
+# (`kubectl logs --prefix`, compose, timestamps). Several signs on one line, of one weight,
+# one with a version and one without, is what `kubectl logs --prefix` gave ([pod/vllm-0/vllm]
+# and vLLM's banner) and what crashed the vote (issue 26).
+SIGN_PIECES = ["vLLM API server version 0.11.0", "vllm serve", "vllm/entrypoints/x.py",
+               "/vllm/v1/engine.py", "LLM engine (v0.6.4.post1)", "vllm==0.9.1", "sglang==0.5.16",
+               "sglang/launch_server.py", "sglang/srt/managers/scheduler.py", "/sglang/srt/x.py",
+               "vLLM Version: 0.10.0", "INFO 01-01 12:00:00 [api_server.py:1]",
+               "[2026-01-01 00:00:00]", "[2026-01-01 00:00:00 TP1]", "(APIServer pid=1)"]
+WRAPPERS = ["", "[pod/vllm-0/vllm] ", "[pod/sglang-0/sglang] ", "vllm-1  | ",
+            "2026-01-01T00:00:00.000000Z ", "> "]
+sign_lines = st.builds(
+    lambda wrap, pieces, sep: wrap + sep.join(pieces), st.sampled_from(WRAPPERS),
+    st.lists(st.sampled_from(SIGN_PIECES), min_size=1, max_size=4), st.sampled_from([" ", ": "]))
+
+
+@SETTINGS
+@given(picked=st.lists(sign_lines | st.sampled_from(LOG_LINES), min_size=1, max_size=12))
+def test_any_mix_of_engine_signs_names_one_engine_or_none(failures, picked):
+    text = "\n".join(picked)
+    found: list = []
+    doctor.diagnose(text, failures, found)
+    e = found[0]
+    again: list = []
+    doctor.diagnose(text, failures, again)
+    assert again == found  # the same log, the same answer: no order of hits decides
+    if e is not None:
+        assert 0 <= e.evidence.line <= len(picked)
+        assert e.version is None or e.version in text
+        assert e.certain or e.evidence.line >= 1  # a guess points at its line
+
+
+EXAMPLES = [ex for fp in WS.failures.fingerprints for ex in fp.examples]
+
+
+@SETTINGS
+@given(picked=st.lists(st.sampled_from(EXAMPLES) | st.sampled_from(LOG_LINES)
+                       | st.text(max_size=80), max_size=30))
+def test_an_answer_never_holds_a_phrase_where_a_value_goes(failures, picked):
+    # A value the log does not give is left out of the sentence: never a default phrase in a
+    # command (`ss -ltnp | grep :the server wanted` does not run), never a template's marks.
+    by_id = {fp.id: fp for fp in failures.fingerprints}
+    for d in doctor.diagnose("\n".join(picked), failures):
+        fp = by_id.get(d.sentence_of or d.id)
+        phrases = {v for _, v in fp.defaults if v} | {dv.default for dv in fp.derive if dv.default}
+        for text in (d.title, d.cause, d.fix):
+            assert not re.search(r"\{\w+\}|\[\[|\]\]", text), text
+            for cmd in re.findall(r"`[^`]*`", text):
+                assert not [p for p in phrases if p in cmd], (d.id, cmd)
 
 
 # --- the CLI, as a user runs it: a sample ----------------------------------------------------

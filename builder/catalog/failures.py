@@ -78,6 +78,13 @@ class Derived:
             return self.template.format_map(Blank(values))
         return dict(self.table).get(values.get(self.source or "", ""), self.default)
 
+    def given(self, values: Mapping[str, str], given: frozenset[str] | set[str]) -> bool:
+        """The value comes from the log: every input did, and a table had the one looked up
+        (its `default` is a phrase standing in for a value, not one)."""
+        if self.template is not None:
+            return all(n in given for n in _fields(self.template))
+        return self.source in given and values.get(self.source) in dict(self.table)
+
 
 @dataclass(frozen=True)
 class Source:
@@ -98,6 +105,10 @@ class LogPrefix:
     name: str
     regex: re.Pattern[str]
     engine: str | None = None
+    # Set when programs other than the engine write the same prefix (a bracketed timestamp is
+    # any Python logging config's): why it is only a hint. A log whose only sign of an engine
+    # is such a prefix was *probably* written by it, and doctor says so, never as a fact.
+    generic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,9 @@ class Fingerprint:
     examples: tuple[str, ...] = ()
     path: str = ""  # the file it was read from, for messages
     engines: tuple[tuple[str, str], ...] = ()
+    # Lines around the matched one that may give a value the matched line does not (the port
+    # a server announced before it failed to bind it): looked for only when it is missing.
+    around: tuple[Pattern, ...] = ()
 
 
 class Blank(dict):
@@ -146,6 +160,34 @@ class Blank(dict):
 
     def __missing__(self, key: str) -> str:
         return ""
+
+
+# `[[with {value}||without]]` in a title, cause or fix: the first wording when the log gave
+# every value it names, else the second (or nothing). It is how a sentence is written without
+# a value the log does not give, instead of with a phrase standing in for it.
+_SEGMENT = re.compile(r"\[\[(.*?)(?:\|\|(.*?))?\]\]", re.S)
+_CODE = re.compile(r"`[^`]*`")
+
+
+def _segments(template: str) -> list[tuple[str, str]]:
+    """Each [[with||without]] segment of a template, as (with, without)."""
+    return [(m.group(1), m.group(2) or "") for m in _SEGMENT.finditer(template)]
+
+
+def _without(template: str) -> str:
+    """The template as written when the log gives none of the optional values."""
+    return _SEGMENT.sub(lambda m: m.group(2) or "", template)
+
+
+def fill(template: str, values: Mapping[str, str], given: frozenset[str] | set[str]) -> str:
+    """A title, cause or fix filled in: each [[with||without]] segment is its first wording
+    when every value it names is in `given` (came from the log), else its second; then the
+    {name} placeholders from `values` (an unset one renders as nothing)."""
+    def choose(m: re.Match[str]) -> str:
+        with_, without = m.group(1), m.group(2) or ""
+        return with_ if all(n in given for n in _fields(with_)) else without
+    text = _SEGMENT.sub(choose, template) if "[[" in template else template
+    return text.format_map(Blank(values))
 
 
 @dataclass(frozen=True)
@@ -157,7 +199,7 @@ class FailureCatalog:
 
 
 FAILURE_KEYS = {"id", "title", "severity", "match", "derive", "defaults", "dedupe_by",
-                "supersedes", "cause", "fix", "applies_to", "sources", "examples"}
+                "supersedes", "cause", "fix", "applies_to", "sources", "examples", "around"}
 ALT_KEYS = {"regex", "contains", "near", "severity", "printed_by"}
 NEAR_KEYS = {"regex", "contains", "before", "after", "role"}
 
@@ -199,11 +241,16 @@ def load_failures(images: Path | str) -> FailureCatalog:
     for key, into in (("outer_prefixes", outer), ("prefixes", prefixes)):
         for i, raw in enumerate(doc.get(key, list, [], what="a list of log prefixes")):
             d = doc.sub(f"{key}[{i}]", raw)
-            d.reject_unknown({"name", "regex", "engine"})
+            d.reject_unknown({"name", "regex", "engine", "generic"})
             engine = d.get("engine", str, None)
             if engine is not None and engine not in names:
                 raise SpecError(d.path, d.key("engine"), "the name of one of engines:", engine)
-            into.append(LogPrefix(d.get("name", str), _regex(d, "regex"), engine))
+            generic = d.get("generic", str, None,
+                            what="why other programs write this prefix too, in words")
+            if generic is not None and (not generic.strip() or engine is None):
+                raise SpecError(d.path, d.key("generic"),
+                                "a non-empty text, on a prefix that names its engine", generic)
+            into.append(LogPrefix(d.get("name", str), _regex(d, "regex"), engine, generic))
     fps: list[Fingerprint] = []
     seen: dict[str, str] = {}
     raws = doc.get("failures", list, what="a list of failures")
@@ -294,6 +341,43 @@ def _check_template(d: Doc, key: str, template: str, alts: Sequence[Alternative]
                                      "defaults: or derive:")
 
 
+def _check_text(d: Doc, key: str, template: str, alts: Sequence[Alternative],
+                known: Iterable[str], around: Iterable[str], derived: Sequence[Derived]) -> None:
+    """A title, cause or fix: a placeholder outside [[...]] is set by every alternative (or
+    has a default, or is derived); one inside [[with||...]] by something (an alternative or
+    an `around` line). A command (in backticks) outside [[...]] holds only values the log
+    always gives: a default or a table's default is a phrase, and a phrase in a command is a
+    command that does not run."""
+    plain = _without(template)
+    if "[[" in plain or "]]" in plain:
+        raise SpecError(d.path, d.key(key), "[[with {value}||without]] segments, closed and not "
+                        "nested", template)
+    _check_template(d, key, plain, alts, set(known) | set(BUILTINS))
+    anywhere = set(known) | set(BUILTINS) | set(around)
+    for alt in alts:
+        anywhere |= alt.names
+    for with_, _ in _segments(template):
+        _check_template(d, key, with_, (), ())  # the braces are well-formed
+        for name in _fields(with_):
+            if name not in anywhere:
+                raise SpecError(d.path, d.key(key), "placeholders that a match or an around "
+                                "line sets: one of " + ", ".join(sorted(anywhere)),
+                                f"{{{name}}}")
+    commands = [name for span in _CODE.findall(plain) for name in _fields(span)]
+    for k, alt in enumerate(alts):
+        always = set(alt.names) | {"occurrences"}
+        for dv in derived:  # in order: a derived value may use one derived before it
+            if dv.template is not None and all(n in always for n in _fields(dv.template)):
+                always.add(dv.name)
+        for name in commands:
+            if name not in always:
+                raise SpecError(
+                    d.path, d.key(key), f"commands (in backticks) with values match[{k}] always "
+                    "gives", f"{{{name}}}",
+                    hint=f"write [[`...{{{name}}}...`||a wording that needs no value]]: "
+                         "a default is a phrase, and a phrase in a command does not run")
+
+
 def _specifier(d: Doc, key: str, spec: Any) -> str:
     if not isinstance(spec, str):
         raise SpecError(d.path, d.key(key),
@@ -362,13 +446,24 @@ def _parse_failure(d: Doc, engine_names: Iterable[str] = ()) -> Fingerprint:
         else:
             raise SpecError(d.path, d.key(key), "a mapping with template, or with from and map")
         known.add(name)
+    around = []
+    for j, raw in enumerate(d.get("around", list, [], what="a list of lines around the "
+                                  "matched one that may give a value it does not")):
+        ad = d.sub(f"around[{j}]", raw)
+        ad.reject_unknown(NEAR_KEYS)
+        p = _pattern(ad, near=True)
+        if not p.names:
+            raise SpecError(d.path, ad.key("regex"),
+                            "a regular expression with (?P<name>...) captures", p.regex.pattern)
+        around.append(p)
+    around_names = {n for p in around for n in p.names}
     title = d.get("title", str)
     cause = d.get("cause", str, what="the cause, in plain words")
     fix = d.get("fix", str, what="the fix with imgbuild, in plain words")
     for key, text in (("title", title), ("cause", cause), ("fix", fix)):
         if not text.strip():
             raise SpecError(d.path, d.key(key), "a non-empty text")
-        _check_template(d, key, text, alts, known | set(BUILTINS))
+        _check_text(d, key, text, alts, known, around_names, derived)
     dedupe = d.get("dedupe_by", list, None, what="a list of capture names")
     if dedupe is not None:
         for j, name in enumerate(dedupe):
@@ -397,4 +492,5 @@ def _parse_failure(d: Doc, engine_names: Iterable[str] = ()) -> Fingerprint:
         supersedes=d.str_list("supersedes"), applies_to=tuple(applies), sources=tuple(sources),
         examples=d.str_list("examples"), path=d.path,
         engines=tuple((pkg, spec) for pkg, spec in applies if pkg in engine_names),
+        around=tuple(around),
     )

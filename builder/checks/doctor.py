@@ -41,11 +41,11 @@ from packaging.version import InvalidVersion, Version
 
 from ..catalog.failures import (
     Alternative,
-    Blank,
     FailureCatalog,
     Fingerprint,
     LogPrefix,
     Pattern,
+    fill,
 )
 from ..errors import InputError
 
@@ -116,6 +116,13 @@ class LogEngine:
     title: str
     version: str | None
     evidence: Evidence
+    # None: a sign only this engine writes says so. Otherwise the only sign is a line prefix
+    # other programs write too, and this says why it is a hint: the engine is a guess.
+    only_hint: str | None = None
+
+    @property
+    def certain(self) -> bool:
+        return self.only_hint is None
 
     @property
     def label(self) -> str:
@@ -124,10 +131,19 @@ class LogEngine:
     @property
     def where(self) -> str:
         """What says so: a line of the log, or (line 0) the prefix or the --engine option."""
+        if self.only_hint is not None:
+            return (f"line {self.evidence.line} starts with {self.title}'s log line prefix, "
+                    f"{self.only_hint}")
         return f"line {self.evidence.line}" if self.evidence.line else self.evidence.text
 
+    @property
+    def said(self) -> str:
+        """Who wrote the log, as sure as the log makes it: "probably" for a guess."""
+        return f"{'' if self.certain else 'probably '}written by {self.label}: {self.where}"
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "version": self.version, "evidence": self.evidence.to_dict()}
+        return {"name": self.name, "version": self.version, "evidence": self.evidence.to_dict(),
+                "certain": self.certain}
 
 
 def to_dict(diags: Sequence[Diagnosis], *, source: str | None = None,
@@ -164,11 +180,13 @@ class _Group:
 
 
 def _clean(lines: Iterable[str], prefixes: Sequence[LogPrefix], outer: Sequence[LogPrefix] = (),
-           seen: set[str] | None = None) -> Iterator[tuple[str, str, str | None]]:
+           seen: dict[str, tuple[int, str]] | None = None,
+           ) -> Iterator[tuple[str, str, str | None]]:
     """Each line as shown (colours and a container runtime's prefix off), its message (the
-    engine's prefix off) and its TP rank. The names of the engine prefixes met go in `seen`."""
+    engine's prefix off) and its TP rank. Each engine prefix met goes in `seen`, with the
+    first line (0-based, as shown) that has it."""
     rank: str | None = None
-    for line in lines:
+    for i, line in enumerate(lines):
         if "\x1b" in line:
             line = _ANSI.sub("", line)
         if "^[[" in line:
@@ -190,8 +208,8 @@ def _clean(lines: Iterable[str], prefixes: Sequence[LogPrefix], outer: Sequence[
                 body = line[m.end():]
                 rank = next((v for k, v in m.groupdict().items()
                              if k.startswith("rank") and v is not None), None)
-                if seen is not None and p.engine:
-                    seen.add(p.name)
+                if seen is not None and p.engine and p.name not in seen:
+                    seen[p.name] = (i, line)
                 break
         yield line, body, rank
 
@@ -245,6 +263,17 @@ def _values(fp: Fingerprint, caps: dict[str, str]) -> dict[str, str]:
     return values
 
 
+def _given(fp: Fingerprint, caps: Mapping[str, str], values: Mapping[str, str]) -> set[str]:
+    """The names whose value the log gave (a default or a table's default is not one)."""
+    given = set(caps)
+    for dv in fp.derive:
+        if dv.given(values, given):
+            given.add(dv.name)
+        else:
+            given.discard(dv.name)
+    return given
+
+
 def ranks_text(ranks: Iterable[str]) -> str:
     rs = sorted(set(ranks), key=lambda r: (len(r), r))
     return ", ".join(f"TP{r}" for r in rs) if rs else "not named in the log"
@@ -267,7 +296,8 @@ def diagnose(log: str | Iterable[str], failures: FailureCatalog,
     lines = log.split("\n") if isinstance(log, str) else log
     anchors = [(fi, alt, alt.line.contains, alt.line.regex)
                for fi, fp in enumerate(fingerprints) for alt in fp.alternatives]
-    near = [p for _, alt, _, _ in anchors for p in alt.near]
+    near = [p for _, alt, _, _ in anchors for p in alt.near] + \
+        [p for fp in fingerprints for p in fp.around]
     before = max((p.before for p in near), default=0)
     after = max((p.after for p in near), default=0)
     # One pass in C finds the few lines that contain any fingerprint's literal at all.
@@ -300,7 +330,8 @@ class _Votes:
     def __init__(self, failures: FailureCatalog):
         self.engines = failures.engines
         self.prefix_engine = {p.name: p.engine for p in failures.prefixes if p.engine}
-        self.prefixes: set[str] = set()
+        self.generic = {p.name: p.generic for p in failures.prefixes if p.generic}
+        self.prefixes: dict[str, tuple[int, str]] = {}  # engine prefix -> its first line
         self.hits: dict[tuple[int, int], tuple[int, str, str | None]] = {}  # sign -> first hit
         self.todo = [(ei, si, s) for ei, e in enumerate(self.engines)
                      for si, s in enumerate(e.signs)]
@@ -327,14 +358,25 @@ class _Votes:
         if len(top) > 1:
             return None
         ei = top[0]
-        mine = sorted((h for (e, si), h in self.hits.items() if e == ei),
-                      key=lambda h: h[0])
-        version = next((v for _, _, v in mine if v), None)
-        strongest = max(((self.engines[ei].signs[si].weight, -h[0], h)
-                         for (e, si), h in self.hits.items() if e == ei), default=None)
-        ev = Evidence(strongest[2][0] + 1, strongest[2][1], "engine") if strongest else \
-            Evidence(0, f"{self.engines[ei].title}'s log line prefix", "engine")
-        return LogEngine(self.engines[ei].name, self.engines[ei].title, version, ev)
+        engine = self.engines[ei]
+        mine = sorted(((si, h) for (e, si), h in self.hits.items() if e == ei),
+                      key=lambda sh: (sh[1][0], sh[0]))  # by line, then the catalog's order
+        version = next((h[2] for _, h in mine if h[2]), None)
+        if mine:
+            # The heaviest sign, the earliest of those; keyed on numbers only, since two signs
+            # on one line differ only in a version one of them may not capture.
+            si, h = max(mine, key=lambda sh: (engine.signs[sh[0]].weight, -sh[1][0], -sh[0]))
+            return LogEngine(engine.name, engine.title, version, Evidence(h[0] + 1, h[1], "engine"))
+        mine_prefixes = sorted((at, name) for name, at in self.prefixes.items()
+                               if self.prefix_engine[name] == engine.name)
+        specific = [at for at, name in mine_prefixes if name not in self.generic]
+        if specific:
+            return LogEngine(engine.name, engine.title, version,
+                             Evidence(0, f"{engine.title}'s log line prefix", "engine"))
+        # Only a prefix other programs write too: a guess, said as one, with its line.
+        (i, shown), name = mine_prefixes[0]
+        return LogEngine(engine.name, engine.title, version, Evidence(i + 1, shown, "engine"),
+                         only_hint=self.generic[name])
 
 
 def _fits(fp: Fingerprint, engine: LogEngine | None) -> bool:
@@ -357,11 +399,15 @@ def _engine_fit(diags: list[Diagnosis], engine: LogEngine | None,
     """Keep each diagnosis whose cause can hold for the log's engine; the others become a
     known sentence with another cause, unless a failure of that engine explains the line."""
     by_id = {fp.id: fp for fp in failures.fingerprints}
-    if engine is None:
-        # Which engine wrote it is unknown: a failure only some engines print is possible.
+    if engine is None or not engine.certain:
+        # Which engine wrote it is unknown, or only guessed from a prefix other programs write
+        # too: a failure only some engines print is possible, and a guess rules none out.
+        unsure = ("The log does not say which engine wrote it" if engine is None else
+                  f"The log does not say for certain which engine wrote it (probably "
+                  f"{engine.label}, from a line prefix other programs write too)")
         return [d if not _bound(by_id[d.id], failures) else replace(
             d, certain=False, title=f"possibly: {d.title}",
-            cause=(d.cause + " (The log does not say which engine wrote it: this holds for "
+            cause=(d.cause + f" ({unsure}: this holds for "
                    + ", ".join(f"{_title(failures, n)} {spec}".strip()
                                for n, spec in by_id[d.id].engines) + ".)"))
             for d in diags]
@@ -431,6 +477,16 @@ def _match_line(i: int, win: _Window, anchors, fingerprints) -> list[_Hit]:
             caps.update(got)
             ev.append(Evidence(j + 1, win[j][0], p.role, win[j][2]))
         else:
+            # A value the matched lines do not give may be on a line around them (the port
+            # the server announced): the closest such line gives it, and is evidence.
+            for p in fingerprints[fi].around:
+                if p.names <= caps.keys():
+                    continue
+                found = _near(p, i, caps, win)
+                if found is not None:
+                    j, got = found
+                    caps.update(got)
+                    ev.append(Evidence(j + 1, win[j][0], p.role, win[j][2]))
             done.add(fi)
             hits.append(_Hit(fingerprints[fi], alt, i, caps, ev, rank))
     return hits
@@ -469,13 +525,15 @@ def _summarise(hits: list[_Hit]) -> list[Diagnosis]:
     for g in kept:
         fp, h = g.first.fp, g.first
         values = _values(fp, h.captures)
+        given = _given(fp, h.captures, values)
+        # --json's captures are what the log gave: a default is a phrase for the sentences.
+        captures = {k: v for k, v in values.items() if k in given}
+        given |= {"occurrences"} | ({"ranks"} if g.ranks else set())
         values["occurrences"] = str(g.count)
         values["ranks"] = ranks_text(g.ranks)
-        fill = Blank(values)
-        captures = _values(fp, h.captures)
         out.append(Diagnosis(
-            id=fp.id, title=fp.title.format_map(fill), severity=g.severity,
-            cause=fp.cause.format_map(fill), fix=fp.fix.format_map(fill),
+            id=fp.id, title=fill(fp.title, values, given), severity=g.severity,
+            cause=fill(fp.cause, values, given), fix=fill(fp.fix, values, given),
             evidence=tuple(h.evidence) + tuple(sorted(g.related, key=lambda e: e.line)),
             captures=MappingProxyType(captures), occurrences=g.count,
             ranks=tuple(sorted(g.ranks, key=lambda r: (len(r), r))),

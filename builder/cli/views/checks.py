@@ -118,7 +118,7 @@ def _doctor_human(diags: Sequence[doctor.Diagnosis], console: Console, *,
     On a terminal each is a panel; in a pipe or a file, plain lines that are never cut."""
     where = f" in {source}" if source else ""
     if engine is not None:
-        where += f" (written by {engine.label}: {engine.where})"
+        where += f" ({engine.said})"
     if not any(d.id != doctor.OTHER_CAUSE for d in diags):
         for d in diags:  # a known sentence with another cause is said, but is no finding
             console.print(Text(f"{d.title}. {d.cause}", style="yellow"), soft_wrap=True)
