@@ -38,14 +38,20 @@ def cannot_write(path: Path, err: OSError, what: str, *, scratch: bool = False) 
                          "command again")
 
 
+def make_writable_dir(directory: Path) -> None:
+    """Make `directory` as `mkdir -p` does and prove a file can be written in it (a probe file
+    is created and removed); OSError when it cannot be made or written in."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".imgbuild-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def check_writable(directory: Path, what: str) -> None:
     """Fail now, before the work whose result would go there, when nothing can be written in
     `directory` (made if missing): a probe file is created and removed."""
-    directory = Path(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".imgbuild-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+        make_writable_dir(directory)
     except OSError as e:
-        raise cannot_write(directory, e, what) from None
+        raise cannot_write(Path(directory), e, what) from None

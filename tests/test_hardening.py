@@ -340,6 +340,47 @@ def test_an_empty_arch_is_refused_not_ignored(arch):
     assert r.returncode == 2 and "--arch has an empty entry" in said(r)
 
 
+# The build must not reach the Engine here, even if --log-dir were checked too late: a socket
+# nothing listens on makes that a quick exit 3 (no daemon), never a build on the shared Engine.
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/imgbuild-test.sock"}
+
+
+def test_the_log_dir_is_made_as_mkdir_p(tmp_path):
+    import argparse
+
+    from builder.cli.args import log_dir
+
+    want = tmp_path / "logs" / "today"
+    assert log_dir(argparse.Namespace(log_dir=str(want))) == want and want.is_dir()
+    assert log_dir(argparse.Namespace(log_dir=str(want))) == want  # there already: fine
+    assert list(want.iterdir()) == []  # the writability probe leaves nothing
+    assert log_dir(argparse.Namespace(log_dir=None)) is None
+    # From the CLI, before the build starts (which here ends at once: no daemon answers).
+    later = tmp_path / "new" / "logs"
+    r = run_imgbuild("tiny-cpu", "--no-smoke", "--log-dir", str(later), env=NO_ENGINE)
+    no_traceback(r)
+    assert later.is_dir() and r.returncode == 3 and "no Docker daemon" in said(r), said(r)
+
+
+@pytest.mark.parametrize("where, says", [
+    ("a-file", "it is a file, not a directory"),
+    ("a-file/logs", "a part of the path is a file, not a directory"),
+    ("", "--log-dir is empty"),
+    ("read-only/logs", "Read-only file system"),
+])
+def test_a_log_dir_that_cannot_be_one_is_refused_before_the_build(tmp_path, tmpfs, where, says):
+    (tmp_path / "a-file").write_text("mine")
+    if where.startswith("read-only"):
+        where = str(tmpfs("64k", ro=True) / "logs")
+    elif where:
+        where = str(tmp_path / where)
+    r = run_imgbuild("tiny-cpu", "--no-smoke", "--log-dir", where, env=NO_ENGINE)
+    no_traceback(r)
+    assert r.returncode == 2, said(r)
+    assert says in said(r) and "leave --log-dir out" in said(r), said(r)
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
 @pytest.mark.parametrize("versions", [">=0.5.17,<0.5.7", ">=0.5.7,<0.5.7", ">0.5.7,<=0.5.7"])
 def test_a_patch_range_no_version_satisfies_is_refused(images_copy, versions):
     y = images_copy / "patches" / "sglang-ct-ignore-exact-match.yaml"

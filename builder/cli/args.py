@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import errno
+from pathlib import Path
 
 from ..catalog.archs import gpu_named, parse_arch
 from ..catalog.targets import PLATFORMS
 from ..errors import InputError
+from ..fsutil import make_writable_dir
 from ..image.reference import parse_name
 from ..workspace import Workspace
 
@@ -81,3 +84,29 @@ def platforms(args: argparse.Namespace) -> tuple[str, ...] | None:
                              hint="one of " + ", ".join(PLATFORMS))
         out.append(full)
     return tuple(dict.fromkeys(out)) or None
+
+
+def log_dir(args: argparse.Namespace) -> Path | None:
+    """--log-dir DIR: made now if missing (as `mkdir -p`) and proven writable, before a build
+    starts whose log goes there. A DIR that cannot be that directory (a file, below a file, on
+    a read-only disk, not ours to write) is a bad argument: exit 2, said before any work."""
+    given = getattr(args, "log_dir", None)
+    if given is None:
+        return None
+    hint = "name a directory imgbuild can create and write in, or leave --log-dir out"
+    if not given.strip():
+        # `--log-dir "$LOGS"` with LOGS unset would otherwise keep no log, silently.
+        raise InputError("--log-dir is empty", hint=hint)
+    path = Path(given).expanduser()
+    try:
+        make_writable_dir(path)
+    except OSError as e:
+        if path.exists() and not path.is_dir():
+            why = "it is a file, not a directory"
+        elif e.errno == errno.ENOTDIR:
+            why = "a part of the path is a file, not a directory"
+        else:
+            why = f"cannot create it or write in it: {e.strerror or e}"
+        raise InputError(f"--log-dir {given}: {why}", facts=["nothing was built"],
+                         hint=hint) from None
+    return path
