@@ -45,8 +45,13 @@ demo: setup
 	$(IMGBUILD) pull tiny-cpu --registry $(REGISTRY)
 	$(IMGBUILD) smoke $(REGISTRY):tiny-cpu
 
+# Two workers: the docker tests run one after another on one of them (they share the Engine;
+# tests/docker_guard.py groups them), the rest beside them. WORKERS=0 runs in one process.
+WORKERS ?= 2
+XDIST := $(if $(filter 0,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadgroup)
+
 test: setup
-	.venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -m "not slow" $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-slow: setup
 	.venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)

@@ -192,6 +192,19 @@ def pytest_collection_finish(session) -> None:
 SUMMARIES: list[tuple[str, list[str]]] = []
 
 
+def pytest_sessionfinish(session) -> None:
+    """Under xdist a worker's summaries travel to the controller, which prints them."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["summaries"] = json.dumps(SUMMARIES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    for title, lines in json.loads(getattr(node, "workeroutput", {}).get("summaries", "[]")):
+        SUMMARIES.append((title, lines))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for title, lines in SUMMARIES:
         terminalreporter.section(title)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 # Fixtures that drive the Engine (every fixture built on them asks for them too).
+ENGINE_GROUP = "engine"
 ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "arm64_base", "private_registry"})
 # The modules' own fixtures that start a real Distribution registry (tests/registries.py); the
 # names are too plain (`basic`, `tls`) to mean a registry elsewhere.
@@ -76,6 +77,8 @@ def _needs_docker(item: pytest.Item) -> str | None:
     return ", ".join(sorted(hits)) or None
 
 
+# Before xdist's own hook reads the groups (--dist loadgroup).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wrong = [f"{item.nodeid} (uses {fx})" for item in items
              if (fx := _needs_docker(item)) and item.get_closest_marker("docker") is None]
@@ -84,6 +87,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "these tests drive the Docker Engine or a registry but are not marked docker, so "
             "-m 'not docker' would run them:\n  " + "\n  ".join(wrong)
             + "\nmark them @pytest.mark.docker (or the module's pytestmark)")
+    # Under xdist (make test: -n 2 --dist loadgroup) the docker tests run one after another on
+    # one worker, as they always did: they share the Engine, its images and build locks, and
+    # some restart the daemon. The tests outside the marker, which the trap keeps off Docker,
+    # run on the other worker beside them.
+    for item in items:
+        if item.get_closest_marker("docker") is not None and \
+                item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
 @pytest.fixture(scope="session")

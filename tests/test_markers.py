@@ -113,3 +113,28 @@ def test_marked(docker_client):
     assert "test_inner.py::test_it (uses docker_client)" in said
     assert "test_marked" not in said
 
+
+
+def test_under_xdist_the_docker_tests_run_one_after_another_on_one_worker(tmp_path):
+    """make test's -n 2 --dist loadgroup: every docker test on one worker (they share the
+    Engine, and some restart it), the others spread beside them."""
+    log = tmp_path / "workers"
+    log.mkdir()
+    body = "".join(f"""
+@pytest.mark.docker
+def test_engine_{i}():
+    import os, pathlib, time
+    pathlib.Path({str(log)!r}, "engine-{i}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+    time.sleep(0.2)
+
+def test_plain_{i}():
+    import os, pathlib, time
+    pathlib.Path({str(log)!r}, "plain-{i}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+    time.sleep(0.2)
+""" for i in range(6))
+    r = inner(tmp_path, body, "-n", "2", "--dist", "loadgroup")
+    assert r.returncode == 0 and "12 passed" in r.stdout, r.stdout[-3000:]
+    seen = {p.name: p.read_text() for p in log.iterdir()}
+    engine = {w for n, w in seen.items() if n.startswith("engine-")}
+    assert len(engine) == 1, seen
+    assert {w for n, w in seen.items() if n.startswith("plain-")} - engine, seen  # spread
