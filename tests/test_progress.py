@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import uuid
 
 import pytest
@@ -173,3 +174,90 @@ def test_the_cli_json_mode_keeps_stdout_for_the_report(docker_client, private_re
     said = p.stderr.splitlines()
     assert sum("already here, not fetched" in ln for ln in said) <= 1
     assert any(ln.startswith("pulled ") for ln in said)
+
+
+# --- the bars fit the terminal (issue 26) --------------------------------------------------------
+
+HEADLINE = "127.0.0.1:5000/imgbuild:sglang-blackwell-k2.6-013e33f44eb40580"
+GB = 1_000_000_000
+
+
+def cold_pull(t: Transfer) -> None:
+    """A cold pull of the headline image part way: 11 layers, one there already, three done,
+    4.7 of 11.0 GB moved (the last 0.2 GB while the clock ran: a rate), 2.0 GB unpacked."""
+    t.feed({"id": "l0", "status": "Already exists"})
+    sizes = [3 * GB, 2 * GB, 2 * GB, GB] + [GB // 2] * 6
+    moved = [13 * GB // 10, GB, GB // 5, GB, GB // 2, GB // 2] + [0] * 4
+    for i, (size, cur) in enumerate(zip(sizes, moved, strict=True), start=1):
+        t.feed({"id": f"l{i}", "status": "Downloading",
+                "progressDetail": {"current": cur, "total": size}})
+    for i in (4, 5, 6):
+        t.feed({"id": f"l{i}", "status": "Download complete"})
+        t.feed({"id": f"l{i}", "status": "Pull complete"})
+    for cur in (14 * GB // 10, 15 * GB // 10):
+        t.feed({"id": "l1", "status": "Downloading",
+                "progressDetail": {"current": cur, "total": 3 * GB}})
+
+
+def drawn_bars(width: int, kind: str = "pull", ref: str = HEADLINE) -> list[str]:
+    """The bars mid-transfer, drawn into a terminal of `width` columns (the clock moves a
+    tenth of a second a reading, so that a rate and a time left are known)."""
+    console = Console(file=io.StringIO(), width=width, force_terminal=True)
+    ticks = iter(range(10**6))
+    tty = RichProgress(console, clock=lambda: next(ticks) / 10)
+    with tty.transfer(kind, ref) as t:
+        cold_pull(t)
+        frame = Console(file=io.StringIO(), width=width, force_terminal=True, record=True)
+        frame.print(tty.bars)
+    return [ln for ln in frame.export_text().splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_bars_keep_their_figures_whole_in_a_narrow_terminal(width):
+    lines = drawn_bars(width)
+    assert all(len(ln) <= width for ln in lines), lines
+    moving, unpacking = lines
+    # The figures a person watches are whole: bytes done of total with the unit, the rate
+    # with its unit, the time left.
+    assert re.search(r" 4\.7/11\.0 GB ", moving), moving
+    assert re.search(r" \d+(\.\d)? ?[kMG]?B/s ", moving), moving
+    assert re.search(r" (\d+:\d\d:\d\d|-:--:--)$", moving), moving
+    assert "…" not in moving.split("━")[-1] and "…" not in unpacking.split("━")[-1]
+    # The reference gives way instead: cut in its middle, its tag's end (the content hash)
+    # kept, with the layer counts.
+    desc = moving.split(" ━")[0].split(" ╸")[0].strip()
+    assert desc.startswith("pull 127.0") and "33f44eb40580 (" in desc, desc
+    assert width < 120 or "-013e33f44eb40580 (" in desc, desc  # the whole hash, given room
+    assert "…" in desc and "(3/10 layers" in desc, desc
+    assert re.search(r" \d\.\d+/11\.0 GB ", unpacking) and unpacking.startswith("unpacking")
+
+
+def test_a_wide_terminal_shows_the_whole_reference():
+    moving = drawn_bars(200)[0]
+    assert moving.startswith(f"pull {HEADLINE} (3/10 layers, 1 there already) ")
+    assert re.search(r" 4\.7/11\.0 GB ", moving)
+
+
+@pytest.mark.parametrize("ref", ["[::1]:5000/x:[bold]y", "r/" + "n" * 300 + ":tag-end"])
+def test_a_reference_is_shown_as_written_and_fitted(ref):
+    # A reference is text, never markup; one longer than the terminal keeps its tag's end.
+    lines = drawn_bars(80, "push", ref)
+    assert all(len(ln) <= 80 for ln in lines)
+    assert lines[0].startswith("push ") and ("[bold]y" in lines[0] or "tag-end" in lines[0])
+
+
+def test_a_transfer_line_gives_way_in_order():
+    from builder.cli.console import fit_transfer
+
+    counts = ("3/10 layers", "1 there already")
+    whole = f"pull {HEADLINE} (3/10 layers, 1 there already)"
+    assert fit_transfer("pull", HEADLINE, counts, 200) == whole
+    # First the reference, cut in its middle (its start and, longer, its end kept) ...
+    line = fit_transfer("pull", HEADLINE, counts, 70)
+    assert len(line) == 70 and line.endswith("-013e33f44eb40580 (3/10 layers, 1 there already)")
+    assert line.startswith("pull 127.0.0.1") and line.count("…") == 1
+    # ... then, before it says too little, the count of layers there already ...
+    line = fit_transfer("pull", HEADLINE, counts, 36)
+    assert line.endswith("44eb40580 (3/10 layers)") and len(line) == 36
+    # ... and last of all what cannot fit at all is cut, never wider than asked.
+    assert [len(fit_transfer("pull", HEADLINE, counts, w)) for w in (1, 8, 20)] == [1, 8, 20]

@@ -14,15 +14,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     DownloadColumn,
-    TextColumn,
+    ProgressColumn,
+    Task,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.progress import Progress as Bars
+from rich.table import Column
+from rich.text import Text
 
 from ..errors import ImgbuildError, JobFailed
 from ..progress import SILENT, Progress, Transfer, human_bytes, human_seconds
@@ -99,12 +104,71 @@ class _Elapsed:
         return f"{escape(self.text)} [dim]({took}{detail})[/]"
 
 
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` columns, cut in its middle: a reference keeps its registry's
+    start and, longer, its tag's end (where a content tag's hash is)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 3
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+MIN_REF = 16  # below this a reference says too little; the "there already" count goes first
+
+
+def fit_transfer(kind: str, ref: str, counts: tuple[str, ...], width: int) -> str:
+    """A transfer's line in `width` columns: `kind ref (counts)`, the reference cut in its
+    middle to fit; where it would fall under MIN_REF, the last counts are left out first."""
+    keep = len(counts)
+    while True:
+        said = f" ({', '.join(counts[:keep])})" if keep else ""
+        room = width - len(kind) - 1 - len(said)
+        if room >= min(MIN_REF, len(ref)) or keep == 0:
+            return (f"{kind} {middle_cut(ref, max(room, 1))}{said}")[:width]
+        keep -= 1
+
+
+@dataclass(frozen=True)
+class _TransferLine:
+    """The text of a transfer's bar, fitted to the width its column is given when drawn."""
+
+    kind: str
+    ref: str
+    counts: tuple[str, ...]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(fit_transfer(self.kind, self.ref, self.counts, options.max_width),
+                   no_wrap=True, overflow="crop")
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        whole = len(fit_transfer(self.kind, self.ref, self.counts, 10**6))
+        return Measurement(min(whole, len(self.kind) + 2), whole)
+
+
+class _LineColumn(ProgressColumn):
+    """A task's text, never read as markup (a reference may hold brackets): its fitted line
+    when it has one (task field `line`), else its description."""
+
+    def render(self, task: Task) -> Text | _TransferLine:
+        line = task.fields.get("line")
+        return line if line is not None else Text(task.description, no_wrap=True,
+                                                  overflow="ellipsis")
+
+
 class RichProgress:
     """Progress on a terminal's stderr: notes as lines, a status as a spinner with the time it
-    has run, a pull or push as bars (bytes, rate, time left; unpacking after download)."""
+    has run, a pull or push as bars (bytes, rate, time left; unpacking after download).
 
-    def __init__(self, console: Console):
+    The bars take the terminal's width, and the figures (bytes done of total, rate, time
+    left) keep theirs whole: the text and the bar share what is left, three parts to one, and
+    the reference is cut in its middle to fit (fit_transfer)."""
+
+    def __init__(self, console: Console, *, clock: Callable[[], float] | None = None):
         self.console = console
+        self.clock = clock  # the bars' clock (rates, time left); None: rich's monotonic
+        self.bars: Bars | None = None  # the bars on the screen while a transfer runs
 
     def note(self, message: str, *, level: str = "info") -> None:
         style = "bold red" if level == "warn" else None
@@ -121,28 +185,33 @@ class RichProgress:
 
     @contextmanager
     def transfer(self, kind: str, ref: str) -> Iterator[Transfer]:
-        from rich.progress import (
-            Progress,
-        )
-
-        bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                        TransferSpeedColumn(), TimeRemainingColumn(), console=self.console,
-                        transient=True)
-        moving = bars.add_task(f"{kind} {ref}", total=None)
+        # Only the text and the bar take part in the width (ratio columns of an expanded
+        # table); the figures are measured and kept whole.
+        bars = Bars(_LineColumn(table_column=Column(ratio=3, no_wrap=True)),
+                        BarColumn(bar_width=None, table_column=Column(ratio=1)),
+                        DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                        console=self.console, transient=True, expand=True,
+                        get_time=self.clock)
+        moving = bars.add_task(f"{kind} {ref}", total=None, line=_TransferLine(kind, ref, ()))
         unpack = bars.add_task("unpacking", total=None, visible=False)
 
         def changed(t: Transfer, _said: str | None) -> None:
-            there = f", {t.existing} there already" if t.existing else ""
+            counts = (f"{t.finished}/{len(t.layers) - t.existing} layers",) + (
+                (f"{t.existing} there already",) if t.existing else ())
             bars.update(moving, completed=t.done_bytes, total=t.total_bytes or None,
-                        description=f"{kind} {ref} ({t.finished}/{len(t.layers) - t.existing} "
-                                    f"layers{there})")
+                        description=f"{kind} {ref} ({', '.join(counts)})",
+                        line=_TransferLine(kind, ref, counts))
             if kind == "pull" and t.unpacked_bytes:
                 bars.update(unpack, completed=t.unpacked_bytes, total=t.total_bytes or None,
                             visible=True)
 
         t = Transfer(kind, ref, on_change=changed)
-        with bars:
-            yield t
+        self.bars = bars
+        try:
+            with bars:
+                yield t
+        finally:
+            self.bars = None
         self.console.print(escape(_done(kind, ref, t)), highlight=False)  # what stays
 
 
