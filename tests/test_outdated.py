@@ -197,6 +197,7 @@ def _push_tag(repo_path: str, tag: str) -> None:
     assert r.status_code in (200, 201), r.text
 
 
+@pytest.mark.docker
 def test_base_image_tags_from_a_registry_that_answers(images_copy):
     if not registry_available():
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
