@@ -182,12 +182,13 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
     entries = ignore_entries(new)
     matchers = tuple(dict.fromkeys((matcher, "substring")))
     offending: list[str] = []
-    index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     for e in entries:
         if not isinstance(e, str) or e.startswith("re:"):
             continue
-        exact = set(index.exact(e))
-        if any(set(index.matches(e, m)) != exact for m in matchers):
+        # Every matcher matches the entry's own module and lists no name twice, so it matches
+        # more than the entry exactly when it matches more names: counts, not sets, compared.
+        exact = len(index.exact(e))
+        if any(len(index.matches(e, m)) != exact for m in matchers):
             offending.append(e)
     off = set(offending)
     exprs = collapse(offending)
@@ -222,8 +223,12 @@ def fix(config: Mapping[str, Any], module_names: Iterable[str] | NameIndex,
     # The proof: recompute what each list ignores over every module name.
     intended = ignored_set(entries, index, "exact")
     after = {m: ignored_set(new_entries, index, m) for m in MATCHERS}
+    # Every replaced entry is matched by a new expression. An entry that names a module is
+    # among what the index found each expression to match (for `after`, above): one lookup,
+    # not one try per expression; an entry that names none is tried against each.
+    found = set().union(*(index.regex(x) for x in exprs))
     rxs = [re.compile(x) for x in exprs]
-    entries_matched = all(any(r.match(e) for r in rxs) for e in off)
+    entries_matched = all(e in found or any(r.match(e) for r in rxs) for e in off)
     before_engine = ignored_set(entries, index, matcher)
     hidden_before = len((before_engine - intended) & quantized)
     hidden_after = len((after[matcher] - intended) & quantized)

@@ -71,8 +71,6 @@ def analyze_ignore(entries: Sequence[Any], index: NameIndex, quantized: Iterable
         return IgnoreAnalysis(matcher, n, (), frozenset(), (), False, suspects)
     hiding: list[Hiding] = []
     hidden: set[str] = set()
-    if matcher == "substring":
-        index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     if matcher != "exact":
         for e in entries:
             if not isinstance(e, str) or e.startswith("re:"):

@@ -1,13 +1,25 @@
 """Module names indexed for the engines' ignore matchers (substring, dotted suffix, exact) and
-`re:` entries: sorted names for prefixes, per-length span tables for substrings, per-depth
-tail tables for dotted suffixes, so 10,000 entries against 30,000 modules take a fraction of
-a second."""
+`re:` entries: an entry costs a few bisections of sorted lists and the names it matches, never
+a pass over all names (10,000 entries against 30,000 modules: bench/checkmodel_bench.py).
+
+- exact: a set.
+- dotted suffix: the names sorted by their reversed text; those ending in '.' + entry are one
+  run of it.
+- substring (case-insensitive): every dotted parent of a name is a name too, so a name contains
+  an entry `s.t` (`s` up to the entry's last dot) exactly where one of its parents P ends with
+  `s` and the name goes on `P.t...`. The parents ending in `s` are one run of the lowercased
+  names sorted by their reversed text, and the names starting with `P.t` one run of the sorted
+  lowercased names. An entry without a dot lies inside one component: the names whose last
+  component contains it, and all below them.
+- `re:`: the names that start with the pattern's literal prefix (one run), tried one by one.
+"""
 
 from __future__ import annotations
 
 import bisect
 import re
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 MATCHERS = ("substring", "suffix", "exact")
@@ -50,29 +62,43 @@ def _literal_prefix(pattern: str) -> str:
     return "".join(out)
 
 
+def _with_parents(names: Iterable[str]) -> set[str]:
+    """The names and every dotted parent of them ('a.b.c' -> 'a.b', 'a'; a leading '.' is no
+    parent). One pass per depth over the names added in the pass before."""
+    out = set(names)
+    new = out
+    while new:
+        new = {p for n in new if (p := n.rpartition(".")[0])} - out
+        out |= new
+    return out
+
+
+def _run(names: list[str], prefix: str, lo: int = 0) -> tuple[int, int]:
+    """Where the names starting with `prefix` lie in a sorted list: names[lo:hi]."""
+    lo = bisect.bisect_left(names, prefix, lo)
+    # The first text after every text that starts with `prefix`: its last character raised by
+    # one (a last U+10FFFF cannot be raised: the run then ends where the one before it would).
+    stem = prefix.rstrip("\U0010ffff")
+    if not stem:
+        return lo, len(names)
+    return lo, bisect.bisect_left(names, stem[:-1] + chr(ord(stem[-1]) + 1), lo)
+
+
 class NameIndex:
     """Module names (and every dotted parent) indexed for the three matchers and `re:`."""
 
     def __init__(self, names: Iterable[str]):
         names = list(names)
         self.leaves = frozenset(names)  # the names given (modules that own tensors)
-        allnames: set[str] = set()
-        for n in names:
-            if n in allnames:
-                continue
-            allnames.add(n)
-            i = n.rfind(".")
-            while i > 0:
-                p = n[:i]
-                if p in allnames:
-                    break
-                allnames.add(p)
-                i = n.rfind(".", 0, i)
-        self.names: list[str] = sorted(allnames)
-        self.set = frozenset(allnames)
-        self._lparts: list[list[str]] | None = None
-        self._tables: dict[int, dict[Any, Any]] = {}
-        self._rev: list[str] | None = None
+        self.names: list[str] = sorted(_with_parents(names))
+        self.set = frozenset(self.names)
+        self._rev: tuple[list[str], list[str]] | None = None  # reversed texts sorted, names
+        self._lnames: list[str] | None = None  # substring matching's lists (_lower)
+        self._back: list[list[int]] | None = None
+        self._lrev: list[str] = []
+        self._lrev_names: list[str] = []
+        self._lasts: dict[str, list[int]] | None = None
+        self._suf: dict[str, tuple[str, ...]] = {}  # entry -> names
         self._sub: dict[str, tuple[str, ...]] = {}  # lowercased entry -> names
         self._regex: dict[str, list[str]] = {}
 
@@ -80,10 +106,7 @@ class NameIndex:
         return len(self.names)
 
     def with_prefix(self, prefix: str) -> list[str]:
-        if not prefix:
-            return self.names
-        lo = bisect.bisect_left(self.names, prefix)
-        hi = bisect.bisect_left(self.names, prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        lo, hi = _run(self.names, prefix)
         return self.names[lo:hi]
 
     def descendants(self, name: str) -> list[str]:
@@ -96,100 +119,87 @@ class NameIndex:
         return [entry] if entry in self.set else []
 
     # dotted suffix (SGLang >= 0.5.17) ---------------------------------------------------
+    def _reversed(self) -> tuple[list[str], list[str]]:
+        if self._rev is None:
+            rev = sorted(n[::-1] for n in self.names)
+            self._rev = rev, [r[::-1] for r in rev]
+        return self._rev
+
     def suffix(self, entry: str) -> list[str]:
         """The entry itself and every name ending in '.' + entry: a prefix run of the sorted
         reversed names."""
-        if self._rev is None:
-            self._rev = sorted(n[::-1] for n in self.names)
-        r = entry[::-1] + "."
-        lo = bisect.bisect_left(self._rev, r)
-        hi = bisect.bisect_left(self._rev, entry[::-1] + "/", lo)
-        out = [x[::-1] for x in self._rev[lo:hi]]
-        return ([entry] if entry in self.set else []) + out
+        hit = self._suf.get(entry)
+        if hit is None:
+            rev, names = self._reversed()
+            r = entry[::-1]
+            lo = bisect.bisect_left(rev, r + ".")
+            hi = bisect.bisect_left(rev, r + "/", lo)
+            hit = ((entry,) if entry in self.set else ()) + tuple(names[lo:hi])
+            self._suf[entry] = hit
+        return list(hit)
 
     # substring, case-insensitive (SGLang 0.5.7-0.5.16) ----------------------------------
-    # Every parent is a name too, so the names containing an entry are the subtrees of the
-    # *minimal* ones: those where the entry ends inside the last component. For an entry
-    # "p0.p1...pk" (k >= 2) a minimal name ends "...<c ending with p0>.p1...p(k-1).<c starting
-    # with pk>": a table keyed by the k-1 components before the last (one key per name),
-    # sorted by the last component, finds them with one bisect. k = 1 and k = 0 scan the
-    # distinct (previous, last) pairs or last components, which are few. A subtree is one
-    # contiguous run of the sorted names.
-    def _lower(self) -> list[list[str]]:
-        if self._lparts is None:
-            self._lparts = [n.lower().split(".") for n in self.names]
-        return self._lparts
+    # Matched among the lowercased names (with their dotted parents: lowercasing a whole name
+    # is not always lowercasing its parts, Greek capital sigma depends on what follows it), then
+    # mapped back to the names. When every name is lowercase already, as in real checkpoints,
+    # the two lists are one and a run of one is a run of the other.
+    def _lower(self) -> None:
+        """The lowercased names and their parents, sorted (self._lnames); for each the indexes
+        of the names that lowercase to it (self._back; None: they are the names themselves);
+        the same sorted by reversed text (self._lrev, forwards in self._lrev_names)."""
+        low = list(map(str.lower, self.names))
+        if low == self.names:
+            self._back = None
+            self._lrev, self._lrev_names = self._reversed()
+        else:
+            where: dict[str, list[int]] = {}
+            for i, x in enumerate(low):
+                where.setdefault(x, []).append(i)
+            low = sorted(_with_parents(where))
+            self._back = [where.get(x, []) for x in low]
+            self._lrev = sorted(x[::-1] for x in low)
+            self._lrev_names = [r[::-1] for r in self._lrev]
+        self._lnames = low
 
-    def _ends(self, m: int) -> dict[Any, Any]:
-        t = self._tables.get(m)
-        if t is None:
-            t = {}
-            if m == 0:  # last component -> names
-                for idx, ps in enumerate(self._lower()):
-                    t.setdefault(ps[-1], []).append(idx)
-            elif m == -1:  # (previous, last) -> names
-                for idx, ps in enumerate(self._lower()):
-                    if len(ps) > 1:
-                        t.setdefault((ps[-2], ps[-1]), []).append(idx)
-            else:
-                self.build({m})
-                return self._tables[m]
-            self._tables[m] = t
-        return t
-
-    def build(self, ms: Iterable[int]) -> None:
-        """The tables for k-1 = m middle components (m >= 1), several in one pass: the m
-        components before the last -> sorted (last, the component before them, name)."""
-        ms = sorted({m for m in ms if m >= 1 and m not in self._tables})
-        if not ms:
-            return
-        top = ms[-1]
-        tables: dict[int, dict[str, list[tuple[str, str, int]]]] = {m: {} for m in ms}
-        # rsplit keeps the front in one piece, which has the components before them all
-        for idx, ps in enumerate(n.lower().rsplit(".", top + 1) for n in self.names):
-            count, last = len(ps), ps[-1]
-            for m in ms:
-                if count >= m + 2:
-                    head = ps[-m - 2]
-                    tables[m].setdefault(".".join(ps[-m - 1:-1]), []).append(
-                        (last, head[head.rfind(".") + 1:], idx))
-        for m, t in tables.items():
-            for v in t.values():
-                v.sort()
-            self._tables[m] = t
-
-    def _minimal(self, e: str) -> list[int]:
-        parts = e.split(".")
-        k = len(parts) - 1
-        if k == 0:
-            return [i for last, idxs in self._ends(0).items() if e in last for i in idxs]
-        if k == 1:
-            a, b = parts
-            return [i for (x, y), idxs in self._ends(-1).items()
-                    if x.endswith(a) and y.startswith(b) for i in idxs]
-        rows = self._ends(k - 1).get(".".join(parts[1:-1]))
-        out = []
-        if rows:
-            first, last = parts[0], parts[-1]
-            i = bisect.bisect_left(rows, (last,))
-            while i < len(rows) and rows[i][0].startswith(last):
-                if rows[i][1].endswith(first):
-                    out.append(rows[i][2])
-                i += 1
-        return out
+    def _runs(self, e: str) -> list[tuple[int, int]]:
+        """The lowercased names that contain `e` (lowercase), as runs of their sorted list."""
+        lnames = self._lnames
+        head, dot, last = e.rpartition(".")
+        if dot:
+            lo, hi = _run(self._lrev, head[::-1])  # the names that end with head
+            parents = self._lrev_names[lo:hi]
+            if not head:  # a name that starts with '.' has no parent there: "" stands for it
+                parents.append("")
+            return [_run(lnames, f"{p}.{last}") for p in parents]
+        if self._lasts is None:  # last component -> names: few distinct ones
+            self._lasts = {}
+            for i, x in enumerate(lnames):
+                self._lasts.setdefault(x.rpartition(".")[2], []).append(i)
+        # a name whose last component holds e, with all below it ("/" follows ".")
+        return [(i, bisect.bisect_left(lnames, lnames[i] + "/", i))
+                for part, idxs in self._lasts.items() if e in part for i in idxs]
 
     def substring(self, entry: str) -> list[str]:
         e = entry.lower()
         hit = self._sub.get(e)
         if hit is None:
-            names = self.names
-            idxs: set[int] = set()
-            for i in self._minimal(e):
-                if i in idxs:
-                    continue
-                hi = bisect.bisect_left(names, names[i] + "/", i)
-                idxs.update(range(i, hi))
-            hit = tuple(names[i] for i in sorted(idxs))
+            if self._lnames is None:
+                self._lower()
+            runs = self._runs(e)
+            if len(runs) > 1:  # join the runs where they overlap
+                merged: list[tuple[int, int]] = []
+                for lo, hi in sorted(runs):
+                    if merged and lo <= merged[-1][1]:
+                        merged[-1] = merged[-1][0], max(merged[-1][1], hi)
+                    else:
+                        merged.append((lo, hi))
+                runs = merged
+            if self._back is None:
+                hit = tuple(chain.from_iterable(self.names[lo:hi] for lo, hi in runs))
+            else:
+                back = self._back
+                idxs = sorted(i for lo, hi in runs for j in range(lo, hi) for i in back[j])
+                hit = tuple(self.names[i] for i in idxs)
             self._sub[e] = hit
         return list(hit)
 
@@ -198,7 +208,7 @@ class NameIndex:
         hit = self._regex.get(pattern)
         if hit is None:
             rx = re.compile(pattern)
-            hit = [n for n in self.with_prefix(_literal_prefix(pattern)) if rx.match(n)]
+            hit = list(filter(rx.match, self.with_prefix(_literal_prefix(pattern))))
             self._regex[pattern] = hit
         return hit
 
@@ -219,9 +229,6 @@ class NameIndex:
 
 
 def ignored_set(entries: Iterable[Any], index: NameIndex, matcher: str) -> set[str]:
-    entries = list(entries)
-    if matcher == "substring":
-        index.build(e.count(".") - 1 for e in entries if isinstance(e, str))
     out: set[str] = set()
     for e in entries:
         if isinstance(e, str):
