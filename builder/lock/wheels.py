@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urljoin
 
-import requests
 from packaging.tags import Tag, cpython_tags
 from packaging.tags import compatible_tags as _compat
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -49,6 +49,11 @@ from ..catalog.indexes import redact
 from ..errors import EnvError, JobFailed
 from ..fsutil import atomic_write_text
 from .lockfile import LockedPackage
+
+if TYPE_CHECKING:
+    # Imported where a request is made: reading cached wheels (check-model, drift on a warm
+    # cache) never does, and requests with urllib3 and ssl costs ~90 ms of start-up here.
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,8 @@ _local = threading.local()
 def _session() -> requests.Session:
     # One session per thread: connection reuse matters (a first-version search makes dozens
     # of requests to the same host), and requests' Session is not documented thread-safe.
+    import requests
+
     s = getattr(_local, "session", None)
     if s is None:
         s = requests.Session()
@@ -218,6 +225,8 @@ def project_files(name: str, index_url: str) -> list[IndexFile]:
         if key in _pages:
             return _pages[key]
     page = index_url.rstrip("/") + "/" + key[1] + "/"
+    import requests
+
     try:
         r = _session().get(page, headers={"Accept": ACCEPT}, timeout=TIMEOUT)
     except requests.RequestException as e:
@@ -612,6 +621,8 @@ def open_file(f: IndexFile, *, expect: set[str] | None, what: str,
 
 
 def _get(f: IndexFile, headers: dict[str, str]) -> requests.Response:
+    import requests
+
     try:
         return _session().get(f.url, headers=headers, stream=True, timeout=TIMEOUT)
     except requests.RequestException as e:

@@ -9,11 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ... import smokemodel
 from ...catalog.engines import EngineTable
 from ...errors import InputError
 from ...lock import wheels
-from ...plan.decide import smoke_model_key
 from ...workspace import Workspace
 from .behaviour import Behaviour
 from .checkpoint import Checkpoint, load_checkpoint
@@ -97,6 +95,11 @@ def resolve_checkpoint(path_or_alias: str, ws: Workspace | None) -> Checkpoint:
     if not p.exists() and ws is not None and path_or_alias in ws.catalog.models:
         prof = ws.catalog.model(path_or_alias)
         if prof.generated:
+            # Imported here: a path (the common case) needs neither the smoke-model generator
+            # nor the planner, and check-model's start-up is part of what a user waits for.
+            from ... import smokemodel
+            from ...plan.decide import smoke_model_key
+
             spec = smokemodel.spec_for(prof)
             key = smoke_model_key(ws, prof.alias, resolve=False)
             path = smokemodel.cache_path(spec, key=key)

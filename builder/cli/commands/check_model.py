@@ -5,7 +5,6 @@ from pathlib import Path
 
 from ...checks.checkmodel import check_model
 from ...errors import InputError
-from ...image import schemes
 from ..args import workspace
 from ..views import checks as views
 
@@ -13,6 +12,9 @@ from ..views import checks as views
 def run(args, out) -> int:
     target = args.target
     if args.image:
+        # Only --image reads an image: the Docker client's import stays off the rest.
+        from ...image import schemes
+
         _, _, _, labelled = schemes.image_engine(args.image)
         target = target or labelled
     if not target:
