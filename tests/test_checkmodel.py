@@ -442,6 +442,91 @@ def test_index_matchers_agree_with_the_engines(engines):
             assert cm.names_ignored(names, [e], m) == set(index.matches(e, m)), (e, m)
 
 
+def test_matchers_on_odd_names_agree_with_the_engines():
+    """Names and entries real checkpoints rarely have, seeded: mixed case, empty and leading
+    components, Greek capital sigma (its lowercase depends on the letter after it, so a whole
+    name does not lowercase as its parts do: the engine lowercases the whole name), U+10FFFF
+    (no character follows it). Each matcher's names, in the index's order, are the
+    transcripts' own; a prefix's names are those that start with it."""
+    rng = random.Random(26)
+    parts = ["a", "A", "ab", "Ab", "x_y", "1", "10", "0", "", "q-k", "İ", "ß", "Σ", "aΣ", "σ",
+             "ς", "\U0010ffff", "a\U0010ffff"]
+    for _ in range(200):
+        leaves = {".".join(rng.choice(parts) for _ in range(rng.randrange(1, 5)))
+                  for _ in range(rng.randrange(1, 25))}
+        index = cm.NameIndex(leaves)
+        names = index.names
+        assert set(names) == with_parents(leaves) - {""} | leaves  # '.x' has no parent ''
+
+        entries = [rng.choice(names)[rng.randrange(0, 3):][:rng.randrange(1, 9)]
+                   for _ in range(15)]
+        entries += [rng.choice(names).upper() for _ in range(3)]
+        entries += [".".join(rng.choice(parts) for _ in range(rng.randrange(1, 4)))
+                    for _ in range(15)]
+        entries += ["", ".", "..", ".a", "a.", "Σ", "aΣ.", "\U0010ffff"]
+        for e in entries:
+            assert index.matches(e, "substring") == [
+                n for n in names if sglang_0516_match(n, e)], (sorted(leaves), e)
+            assert sorted(index.matches(e, "suffix")) == [
+                n for n in names if sglang_0517_match(n, e)], (sorted(leaves), e)
+            assert index.with_prefix(e) == [n for n in names if n.startswith(e)], e
+
+
+def exact_match(name: str, entry: str) -> bool:
+    """compressed-tensors' match_name (ct_match) on a module name, written out: ct_match costs
+    milliseconds a call, too slow for every entry on every name."""
+    return re.match(entry[3:], name) is not None if entry.startswith("re:") else name == entry
+
+
+def large_ignore_case(root: Path, **scale) -> cm.Checkpoint:
+    """The benchmark's large-ignore checkpoint (bench/checkmodel_bench.py), at `scale`."""
+    from bench.checkmodel_bench import make_large_ignore
+
+    root.mkdir()
+    make_large_ignore(root, **scale)
+    return cm.load_checkpoint(root)
+
+
+def test_the_large_ignore_case_against_brute_force(tmp_path, catalog, engines):
+    """The benchmark's large-ignore shape (expert parents, exact bf16 names, `self_attn`
+    parents, `re:` patterns, a bare `lm_head`), small enough to check every answer by trying
+    every entry on every name with the engines' own matchers: what each entry hides, the
+    analysis and its finding, and the fix and its proof."""
+    ck = large_ignore_case(tmp_path / "ck", layers=5, experts=24, blocks=2)
+    entries = cm.ignore_entries(ck.config)
+    index = cm.NameIndex(ck.module_names)
+    names = index.names
+    plain = [e for e in entries if not e.startswith("re:")]
+    assert len(ck.quantized) == 4 * 24 * 3 and len(plain) > 100
+    for matcher, engine in (("substring", sglang_0516_match), ("suffix", sglang_0517_match),
+                            ("exact", exact_match)):
+        assert cm.ignored_set(entries, index, matcher) == {
+            n for n in names if any(engine(n, e) for e in entries)}, matcher
+        ana = cm.analyze_ignore(entries, index, ck.quantized, matcher)
+        want = {e: tuple(m for m in sorted(ck.quantized) if m != e and engine(m, e))
+                for e in plain} if matcher != "exact" else {}
+        assert {h.entry: h.hidden for h in ana.hiding} == {e: h for e, h in want.items() if h}
+        assert all(h.kind == ("parent" if h.hidden[0].startswith(h.entry + ".") else matcher)
+                   for h in ana.hiding)
+        assert ana.hidden == {m for h in want.values() for m in h}
+        assert ana.moe_layers == tuple(sorted({
+            m.rsplit(".", 2)[0] for m in ana.hidden if m.split(".")[-2:-1] == ["0"]}))
+    ana = cm.analyze(ck, target=sglang(catalog, "0.5.16"), catalog=catalog, engines=engines,
+                     ct_formats=ct_now())
+    f = next(f for f in ana.findings if f.kind == "ignore-parent")
+    hidden = {m for m in ck.quantized if any(sglang_0516_match(m, e) for e in entries if e != m)}
+    assert (f.counts["hidden_modules"], f.counts["moe_layers"]) == (len(hidden), 4)
+    assert f.counts["entries"] == sum(1 for e in plain if any(
+        sglang_0516_match(m, e) for m in ck.quantized if m != e))
+    result = cm.fix(ck.config, ana.index, "substring", quantized=ck.quantized)
+    new = result.config["quantization_config"]["ignore"]
+    intended = {n for n in names if any(exact_match(n, e) for e in entries)}
+    for engine in (sglang_0516_match, sglang_0517_match, exact_match):
+        assert {n for n in names if any(engine(n, e) for e in new)} == intended
+    assert result.proof.equal and result.proof.hidden_after == 0
+    assert result.proof.hidden_before == len(hidden)
+
+
 def test_config_only_input_flags_parent_shaped_entries(tmp_path, catalog, engines):
     cfg = moe_config(["lm_head", "model.layers.0.mlp.experts.0", "model.layers.0.mlp",
                       "model.layers.3.self_attn.o_proj"])
