@@ -12,8 +12,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from .conftest import ROOT
 
 CONFTEST = """
