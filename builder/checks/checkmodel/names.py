@@ -98,6 +98,7 @@ class NameIndex:
         self._lrev: list[str] = []
         self._lrev_names: list[str] = []
         self._lasts: dict[str, list[int]] | None = None
+        self._ending: dict[str, list[str]] = {}
         self._suf: dict[str, tuple[str, ...]] = {}  # entry -> names
         self._sub: dict[str, tuple[str, ...]] = {}  # lowercased entry -> names
         self._regex: dict[str, list[str]] = {}
@@ -166,10 +167,12 @@ class NameIndex:
         lnames = self._lnames
         head, dot, last = e.rpartition(".")
         if dot:
-            lo, hi = _run(self._lrev, head[::-1])  # the names that end with head
-            parents = self._lrev_names[lo:hi]
-            if not head:  # a name that starts with '.' has no parent there: "" stands for it
-                parents.append("")
+            parents = self._ending.get(head)
+            if parents is None:  # the names that end with head (entries share a few heads)
+                lo, hi = _run(self._lrev, head[::-1])
+                parents = self._ending[head] = self._lrev_names[lo:hi]
+                if not head:  # a name that starts with '.' has no parent there: "" stands for it
+                    parents.append("")
             return [_run(lnames, f"{p}.{last}") for p in parents]
         if self._lasts is None:  # last component -> names: few distinct ones
             self._lasts = {}
