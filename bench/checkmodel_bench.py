@@ -17,8 +17,8 @@ Shapes (--shape): `uniform` (above), `irregular` (a held-out one), `large-ignore
 Kimi-K2.5-like layout: 31,202 modules, 10,540 ignore entries of every shape a real list has).
 
 --before REV runs the same steps side by side with the builder package of commit REV (read
-with `git archive` into a temporary directory): in-process steps in a child process per
-version, CLI runs alternating. CLI runs go through one runner for both versions (the
+with `git archive` into a temporary directory; --after REV measures a commit's, not the working
+tree's): in-process steps in a child process per version, CLI runs alternating. CLI runs go through one runner for both versions (the
 checkout's editable install left out, the version's directory first on sys.path), with their
 bytecode cached (PYTHONPYCACHEPREFIX in the temporary directory, one warm-up run each), as
 the entry point `imgbuild` runs; CPU seconds of a CLI run are the child's user + system time.
@@ -27,7 +27,7 @@ the entry point `imgbuild` runs; CPU seconds of a CLI run are the child's user +
 Results: bench/results/checkmodel[-SHAPE].json and a table on stdout.
 
     .venv/bin/python bench/checkmodel_bench.py [--rounds 7] [--shape large-ignore]
-        [--before REV] [--profile]
+        [--before REV [--after REV]] [--profile]
 """
 
 from __future__ import annotations
@@ -348,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", choices=tuple(SHAPES), default="uniform")
     ap.add_argument("--before", metavar="REV",
                     help="also run the builder package of this commit, side by side")
+    ap.add_argument("--after", metavar="REV",
+                    help="the builder package of this commit as the one measured (default: the "
+                         "working tree, with whatever else is uncommitted in it)")
     ap.add_argument("--profile", action="store_true", help="cProfile one CLI run per version")
     ap.add_argument("--out", type=Path, help="default: bench/results/checkmodel[-SHAPE].json")
     ap.add_argument("--steps", type=Path, help=argparse.SUPPRESS)  # the child of steps_in_child
@@ -364,14 +367,17 @@ def main(argv: list[str] | None = None) -> int:
         root, modules, entries = SHAPES[args.shape](ckpt)
         runner = tmp / "imgbuild_runner.py"
         runner.write_text(RUNNER)
-        versions = {"after": ROOT}
-        if args.before:
-            old = tmp / "before"
-            old.mkdir()
-            tar = subprocess.run(["git", "archive", args.before, "builder"], cwd=ROOT,
+        def archive(rev: str, name: str) -> Path:
+            tree = tmp / name
+            tree.mkdir()
+            tar = subprocess.run(["git", "archive", rev, "builder"], cwd=ROOT,
                                  capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
-            versions = {"before": old, **versions}
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=tar, check=True)
+            return tree
+
+        versions = {"after": archive(args.after, "after") if args.after else ROOT}
+        if args.before:
+            versions = {"before": archive(args.before, "before"), **versions}
         # Bytecode cached, as an installed imgbuild has it, and kept out of the checkout.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
@@ -411,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if v in profiles:
             b["profile"] = profiles[v]
     after = blocks["after"]
-    doc = {"machine": machine(), "rounds": args.rounds,
+    doc = {"machine": machine(), "rounds": args.rounds, "code": args.after or "working tree",
            "shape": {"name": args.shape, "module_names": modules, "ignore_entries": entries,
                      "tensor_names": after.pop("tensor_names")},
            "cli_target": TARGET, **after}
