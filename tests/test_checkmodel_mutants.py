@@ -551,6 +551,19 @@ def test_with_prefix_and_descendants():
     assert index.descendants("model.layers.1.mlp") == []
 
 
+def test_with_prefix_ends_where_the_prefix_stops():
+    """The run of names under a prefix ends at the first name that does not start with it,
+    whatever the prefix's last character: a letter, a digit, or U+10FFFF, which has no
+    character after it."""
+    index = cm.NameIndex(["mX", "mX.a", "mXa", "mY", "m1", "m10", "m2", "a\U0010ffff",
+                          "a\U0010ffff.b", "b"])
+    for p in ("mX", "m1", "a\U0010ffff", "m", "a", "", "mXa", "zz", "\U0010ffff"):
+        assert index.with_prefix(p) == [n for n in index.names if n.startswith(p)], p
+    assert index.with_prefix("mX") == ["mX", "mX.a", "mXa"]
+    assert index.with_prefix("a\U0010ffff") == ["a\U0010ffff", "a\U0010ffff.b"]
+    assert index.regex("mX.*") == ["mX", "mX.a", "mXa"]
+
+
 def test_names_ignored_entries_that_are_not_plain_names():
     """Non-string entries are skipped; a `re:` entry is a regex under every matcher, never a
     name, even for a module whose name starts with `re:` (as the engines read it)."""

@@ -20,7 +20,7 @@ import bisect
 import re
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 MATCHERS = ("substring", "suffix", "exact")
 
@@ -73,15 +73,26 @@ def _with_parents(names: Iterable[str]) -> set[str]:
     return out
 
 
-def _run(names: list[str], prefix: str, lo: int = 0) -> tuple[int, int]:
+def _run(names: list[str], prefix: str) -> tuple[int, int]:
     """Where the names starting with `prefix` lie in a sorted list: names[lo:hi]."""
-    lo = bisect.bisect_left(names, prefix, lo)
+    lo = bisect.bisect_left(names, prefix)
     # The first text after every text that starts with `prefix`: its last character raised by
     # one (a last U+10FFFF cannot be raised: the run then ends where the one before it would).
     stem = prefix.rstrip("\U0010ffff")
     if not stem:
         return lo, len(names)
-    return lo, bisect.bisect_left(names, stem[:-1] + chr(ord(stem[-1]) + 1), lo)
+    return lo, bisect.bisect_left(names, stem[:-1] + chr(ord(stem[-1]) + 1))
+
+
+class _Lowered(NamedTuple):
+    """The lowercased names and their parents, sorted; for each the indexes of the names that
+    lowercase to it (None: they are the names themselves); the same sorted by reversed text,
+    and forwards in that order."""
+
+    names: list[str]
+    back: list[list[int]] | None
+    rev: list[str]
+    rev_names: list[str]
 
 
 class NameIndex:
@@ -93,10 +104,7 @@ class NameIndex:
         self.names: list[str] = sorted(_with_parents(names))
         self.set = frozenset(self.names)
         self._rev: tuple[list[str], list[str]] | None = None  # reversed texts sorted, names
-        self._lnames: list[str] | None = None  # substring matching's lists (_lower)
-        self._back: list[list[int]] | None = None
-        self._lrev: list[str] = []
-        self._lrev_names: list[str] = []
+        self._low: _Lowered | None = None  # substring matching's lists
         self._lasts: dict[str, list[int]] | None = None
         self._ending: dict[str, list[str]] = {}
         self._suf: dict[str, tuple[str, ...]] = {}  # entry -> names
@@ -134,7 +142,7 @@ class NameIndex:
             rev, names = self._reversed()
             r = entry[::-1]
             lo = bisect.bisect_left(rev, r + ".")
-            hi = bisect.bisect_left(rev, r + "/", lo)
+            hi = bisect.bisect_left(rev, r + "/")
             hit = ((entry,) if entry in self.set else ()) + tuple(names[lo:hi])
             self._suf[entry] = hit
         return list(hit)
@@ -144,50 +152,45 @@ class NameIndex:
     # is not always lowercasing its parts, Greek capital sigma depends on what follows it), then
     # mapped back to the names. When every name is lowercase already, as in real checkpoints,
     # the two lists are one and a run of one is a run of the other.
-    def _lower(self) -> None:
-        """The lowercased names and their parents, sorted (self._lnames); for each the indexes
-        of the names that lowercase to it (self._back; None: they are the names themselves);
-        the same sorted by reversed text (self._lrev, forwards in self._lrev_names)."""
-        low = list(map(str.lower, self.names))
-        if low == self.names:
-            self._back = None
-            self._lrev, self._lrev_names = self._reversed()
-        else:
-            where: dict[str, list[int]] = {}
-            for i, x in enumerate(low):
-                where.setdefault(x, []).append(i)
-            low = sorted(_with_parents(where))
-            self._back = [where.get(x, []) for x in low]
-            self._lrev = sorted(x[::-1] for x in low)
-            self._lrev_names = [r[::-1] for r in self._lrev]
-        self._lnames = low
+    def _lower(self) -> _Lowered:
+        if self._low is None:
+            low = list(map(str.lower, self.names))
+            if low == self.names:
+                self._low = _Lowered(self.names, None, *self._reversed())
+            else:
+                where: dict[str, list[int]] = {}
+                for i, x in enumerate(low):
+                    where.setdefault(x, []).append(i)
+                low = sorted(_with_parents(where))
+                rev = sorted(x[::-1] for x in low)
+                self._low = _Lowered(low, [where.get(x, []) for x in low], rev,
+                                     [r[::-1] for r in rev])
+        return self._low
 
     def _runs(self, e: str) -> list[tuple[int, int]]:
         """The lowercased names that contain `e` (lowercase), as runs of their sorted list."""
-        lnames = self._lnames
+        low = self._lower()
         head, dot, last = e.rpartition(".")
         if dot:
             parents = self._ending.get(head)
             if parents is None:  # the names that end with head (entries share a few heads)
-                lo, hi = _run(self._lrev, head[::-1])
-                parents = self._ending[head] = self._lrev_names[lo:hi]
+                lo, hi = _run(low.rev, head[::-1])
+                parents = self._ending[head] = low.rev_names[lo:hi]
                 if not head:  # a name that starts with '.' has no parent there: "" stands for it
                     parents.append("")
-            return [_run(lnames, f"{p}.{last}") for p in parents]
+            return [_run(low.names, f"{p}.{last}") for p in parents]
         if self._lasts is None:  # last component -> names: few distinct ones
             self._lasts = {}
-            for i, x in enumerate(lnames):
+            for i, x in enumerate(low.names):
                 self._lasts.setdefault(x.rpartition(".")[2], []).append(i)
         # a name whose last component holds e, with all below it ("/" follows ".")
-        return [(i, bisect.bisect_left(lnames, lnames[i] + "/", i))
+        return [(i, bisect.bisect_left(low.names, low.names[i] + "/"))
                 for part, idxs in self._lasts.items() if e in part for i in idxs]
 
     def substring(self, entry: str) -> list[str]:
         e = entry.lower()
         hit = self._sub.get(e)
         if hit is None:
-            if self._lnames is None:
-                self._lower()
             runs = self._runs(e)
             if len(runs) > 1:  # join the runs where they overlap
                 merged: list[tuple[int, int]] = []
@@ -197,10 +200,10 @@ class NameIndex:
                     else:
                         merged.append((lo, hi))
                 runs = merged
-            if self._back is None:
+            back = self._lower().back
+            if back is None:
                 hit = tuple(chain.from_iterable(self.names[lo:hi] for lo, hi in runs))
             else:
-                back = self._back
                 idxs = sorted(i for lo, hi in runs for j in range(lo, hi) for i in back[j])
                 hit = tuple(self.names[i] for i in idxs)
             self._sub[e] = hit
