@@ -22,7 +22,10 @@ from .docker_guard import (  # noqa: F401
     _no_docker_outside_the_marker,
     docker_trap,
     pytest_collection_modifyitems,
+    pytest_configure_node,
     pytest_runtest_call,
+    pytest_runtest_protocol,
+    pytest_xdist_make_scheduler,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,6 +14,8 @@ Two checks, both loaded by tests/conftest.py:
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import socket
 import tempfile
@@ -87,14 +89,80 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "these tests drive the Docker Engine or a registry but are not marked docker, so "
             "-m 'not docker' would run them:\n  " + "\n  ".join(wrong)
             + "\nmark them @pytest.mark.docker (or the module's pytestmark)")
-    # Under xdist (make test: -n 2 --dist loadgroup) the docker tests run one after another on
-    # one worker, as they always did: they share the Engine, its images and build locks, and
-    # some restart the daemon. The tests outside the marker, which the trap keeps off Docker,
-    # run on the other worker beside them.
+    # Under xdist (make test: -n 2 --dist loadgroup) the docker tests of one group run one
+    # after another on one worker: a module's tests share its images, repositories and
+    # session fixtures and expect each other's order. A test file picks its group with
+    # pytestmark (GROUPS); the rest share ENGINE_GROUP. Groups run beside each other and beside
+    # the tests outside the marker, which the trap keeps off Docker.
     for item in items:
         if item.get_closest_marker("docker") is not None and \
                 item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+    if path := getattr(config, "workerinput", {}).get(GROUPS_FILE):
+        groups = {item.nodeid: str(mark.args[0]) for item in items
+                  if (mark := item.get_closest_marker("xdist_group")) is not None and mark.args}
+        tmp = Path(f"{path}.{os.getpid()}")
+        tmp.write_text(json.dumps(groups))
+        os.replace(tmp, path)  # every worker collects the same tests: the last one stays
+
+
+# pytest-xdist 3.8 puts a test in its group by appending "@group" to the test's node id, which
+# pytest 9 no longer lets a plugin change: its loadgroup scheduling sees no group and spreads
+# them. So the workers write which test is in which group (above) into a file the controller
+# named, and the controller's scheduler reads its groups from there.
+GROUPS_FILE = "imgbuild_xdist_groups"
+_GROUPS_PATH = pytest.StashKey[Path]()
+
+
+def _groups_path(config: pytest.Config) -> Path:
+    if _GROUPS_PATH not in config.stash:
+        config.stash[_GROUPS_PATH] = Path(tempfile.mkdtemp(prefix="xdist-groups-")) / "groups"
+    return config.stash[_GROUPS_PATH]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput[GROUPS_FILE] = str(_groups_path(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    path = _groups_path(config)
+
+    class MarkedGroups(LoadGroupScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # a pytest that kept xdist's suffix
+                return super()._split_scope(nodeid)
+            if self._groups is None:  # read once every worker has collected
+                self._groups = json.loads(path.read_text()) if path.exists() else {}
+            return self._groups.get(nodeid, nodeid)
+
+    return MarkedGroups(config, log)
+
+
+# Every docker test holds the Engine shared for its whole run, session fixtures included; one
+# marked engine_exclusive (it restarts the daemon) holds it alone. A file lock, so that xdist
+# workers and a second pytest run on the machine take turns the same way.
+ENGINE_LOCK = Path(tempfile.gettempdir()) / "imgbuild-tests-engine.lock"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    if item.get_closest_marker("docker") is None:
+        return (yield)
+    exclusive = item.get_closest_marker("engine_exclusive") is not None
+    with open(ENGINE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -626,6 +626,7 @@ def restart_dockerd() -> None:
 
 
 @pytest.mark.docker
+@pytest.mark.engine_exclusive  # no other docker test may run while dockerd restarts
 def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker_client,
                                                                           tmp_path):
     if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:

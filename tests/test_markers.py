@@ -17,7 +17,9 @@ from .conftest import ROOT
 CONFTEST = """
 import pytest
 from tests.docker_guard import (_no_docker_outside_the_marker, docker_trap,
-                                pytest_collection_modifyitems, pytest_runtest_call)
+                                pytest_collection_modifyitems, pytest_runtest_call,
+                                pytest_runtest_protocol, pytest_configure_node,
+                                pytest_xdist_make_scheduler)
 
 @pytest.fixture
 def docker_client():
@@ -28,7 +30,8 @@ def docker_client():
 def inner(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_inner.py").write_text("import pytest\n" + textwrap.dedent(body))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    docker: the Engine\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    docker: the Engine\n"
+                                         "    engine_exclusive: alone\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("DOCKER_HOST", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -136,3 +139,34 @@ def test_plain_{i}():
     engine = {w for n, w in seen.items() if n.startswith("engine-")}
     assert len(engine) == 1, seen
     assert {w for n, w in seen.items() if n.startswith("plain-")} - engine, seen  # spread
+
+
+def test_a_test_that_restarts_the_engine_runs_while_no_other_docker_test_does(tmp_path):
+    """Docker tests of two groups run beside each other on two workers, but never beside one
+    marked engine_exclusive (test_hardening's dockerd restart); tests outside the marker may."""
+    log = tmp_path / "spans"
+    log.mkdir()
+    step = """
+def test_{name}():
+    import pathlib, time
+    start = time.monotonic()
+    time.sleep({secs})
+    pathlib.Path({log!r}, "{name}").write_text(f"{{start}} {{time.monotonic()}}")
+"""
+    body = ""
+    for i in range(3):
+        body += '@pytest.mark.docker\n@pytest.mark.xdist_group("a")' + \
+            step.format(name=f"a{i}", secs=0.5, log=str(log))
+        body += '@pytest.mark.docker\n@pytest.mark.xdist_group("b")' + \
+            step.format(name=f"b{i}", secs=0.5, log=str(log))
+    body += '@pytest.mark.docker\n@pytest.mark.engine_exclusive\n@pytest.mark.xdist_group("b")' + \
+        step.format(name="restart", secs=1.0, log=str(log))
+    r = inner(tmp_path, body, "-n", "2", "--dist", "loadgroup")
+    assert r.returncode == 0 and "7 passed" in r.stdout, r.stdout[-3000:]
+    spans = {p.name: tuple(map(float, p.read_text().split())) for p in log.iterdir()}
+    alone = spans.pop("restart")
+    overlapping = [n for n, (a, b) in spans.items() if a < alone[1] and alone[0] < b]
+    assert not overlapping, (alone, spans)
+    # The two groups did run at once at some point (else the check above proves nothing).
+    assert any(a1 < b2 and a2 < b1 for n1, (a1, b1) in spans.items() if n1.startswith("a")
+               for n2, (a2, b2) in spans.items() if n2.startswith("b")), spans

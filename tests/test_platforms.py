@@ -158,6 +158,7 @@ def test_the_ci_matrix_sends_arm64_targets_to_arm_runners(ws):
 
 
 @pytest.mark.docker
+@pytest.mark.xdist_group("qemu")  # its own targets and base: beside the other docker tests
 @pytest.mark.slow
 def test_the_arm64_base_is_made_here_under_qemu_reproducibly(docker_client, ws):
     """debootstrap for arm64 under QEMU user emulation (about 105 s here), loaded as a
@@ -303,6 +304,7 @@ def test_platform_refusals_are_input_errors(args, said):
 
 
 @pytest.mark.docker
+@pytest.mark.xdist_group("qemu")  # its own targets and base: beside the other docker tests
 def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_side(
         docker_client, registry_repo, arm64_base):
     """tiny-cpu-multi for linux/amd64 and linux/arm64 (built here under QEMU: every RUN step

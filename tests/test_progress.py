@@ -20,6 +20,9 @@ from builder.progress import Transfer
 from .conftest import run_imgbuild
 from .registries import Registry
 
+# Its docker tests push to a registry of their own: the group of test_registry_auth.py.
+pytestmark = pytest.mark.xdist_group("private-registries")
+
 
 @pytest.fixture()
 def private_registry(docker_client, tmp_path):

@@ -29,7 +29,9 @@ from .registries import (
     write_docker_config,
 )
 
-pytestmark = pytest.mark.docker
+# Registries of their own (ports of their own) and repositories of their own: a group beside
+# the other docker tests under xdist.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("private-registries")]
 
 
 def imgbuild(*args: str, config: Path, timeout: int = 1800) -> subprocess.CompletedProcess:

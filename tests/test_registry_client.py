@@ -32,6 +32,9 @@ from .registries import (
     write_docker_config,
 )
 
+# Registries of their own on ports of their own, no Engine: a group beside the docker tests.
+pytestmark = pytest.mark.xdist_group("registry-client")
+
 if shutil.which("docker-registry") is None:
     pytest.skip("skipped: docker-registry is not installed", allow_module_level=True)
 
