@@ -80,6 +80,10 @@ DESELECT = "not live and not slow and not docker"
 # `-m "not docker"` promises not to), but drive no Engine: its modules run them.
 DESELECT_FOR = {"builder/image/distribution.py": "not live and not slow",
                 "builder/image/registry.py": "not live and not slow"}
+SHOW = ("import json, sys\n"
+        "from mutmut.mutation.diff_apply import get_diff_for_mutant\n"
+        "print(json.dumps({n: get_diff_for_mutant(n, path=sys.argv[1])\n"
+        "                  for n in json.load(sys.stdin)}))\n")
 ALSO_COPY = ["images", "lockfiles", "tests", "requirements", "README.md", "Makefile",
              "scripts", ".github", "bench"]
 
@@ -147,15 +151,16 @@ def run_module(module: str, tests: list[str]) -> dict:
         listed = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=tree,
                                 capture_output=True, text=True, check=True).stdout
         status = dict(ln.strip().rsplit(": ", 1) for ln in listed.splitlines() if ": " in ln)
-        survivors = []
-        for name, s in sorted(status.items()):
-            if s == "survived":
-                diff = subprocess.run([MUTMUT, "show", name], cwd=tree, capture_output=True,
-                                      text=True).stdout
-                # The changed lines, a signature's too (a default argument's mutant).
-                survivors.append({"mutant": name, "diff": [
-                    ln for ln in diff.splitlines() if ln[:1] in "-+" and ln[:3] not in
-                    ("---", "+++")]})
+        names = [name for name, s in sorted(status.items()) if s == "survived"]
+        # Every survivor's diff (what `mutmut show` prints) from one process: a `mutmut show`
+        # each took ~48 s apiece on a loaded 2-core machine, hours for lock/wheels.py's 266.
+        shown = json.loads(subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "python"), "-c", SHOW, module], cwd=tree,
+            input=json.dumps(names), capture_output=True, text=True, check=True).stdout)
+        # The changed lines, a signature's too (a default argument's mutant).
+        survivors = [{"mutant": name, "diff": [
+            ln for ln in shown[name].splitlines() if ln[:1] in "-+" and ln[:3] not in
+            ("---", "+++")]} for name in names]
         counts: dict[str, int] = {}
         for s in status.values():
             counts[s] = counts.get(s, 0) + 1

@@ -45,6 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         idx: Index = self.server.index  # type: ignore[attr-defined]
         idx.log.append((self.path, self.headers.get("Range")))
+        idx.agents.add(self.headers.get("User-Agent"))
         codes = idx.fail.get(self.path)
         if codes:
             self._send(codes.pop(0), b"no", "text/plain")
@@ -62,7 +63,8 @@ class _Handler(BaseHTTPRequestHandler):
         if files is None or kind not in ("json", "html"):
             self._send(404, b"not here", "text/plain")
             return
-        if kind == "json":
+        if kind == "json" and "application/vnd.pypi.simple.v1+json" in self.headers.get(
+                "Accept", ""):
             doc = {"meta": {"api-version": "1.0"}, "name": project, "files": [
                 {"filename": s.path.name, "url": f"../../../files/{s.path.name}",
                  "hashes": {"sha256": s.sha256 or _sha(s.path)} if s.hashed else {},
@@ -105,13 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
                 start, end = int(a), min(int(b), len(data) - 1)
             cr = "bytes */0" if idx.garbled_range else f"bytes {start}-{end}/{len(data)}"
             self._send(206, data[start:end + 1], "application/octet-stream",
-                       {"Content-Range": cr})
+                       {} if idx.no_content_range else {"Content-Range": cr})
             return
         self._send(200, data, "application/octet-stream")
 
     def _send(self, code: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", ctype)
+        if not self.server.index.untyped:  # type: ignore[attr-defined]
+            self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         for k, v in (extra or {}).items():
             self.send_header(k, v)
@@ -131,8 +134,11 @@ class Index:
         self.projects: dict[str, list[Served]] = {}
         self.fail: dict[str, list[int]] = {}
         self.log: list[tuple[str, str | None]] = []
+        self.agents: set[str | None] = set()
         self.range = True
         self.garbled_range = False
+        self.no_content_range = False
+        self.untyped = False
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.srv.index = self  # type: ignore[attr-defined]
         self.base = f"http://127.0.0.1:{self.srv.server_address[1]}"
@@ -255,7 +261,7 @@ def test_a_project_the_index_lacks_is_no_files_and_refusals_are_environment_erro
     assert e.value.exit_code == 3
     assert e.value.message == f"the package index {idx.json} refused access (403)"
     assert e.value.facts == [f"GET {idx.json}locked/ -> 403"]
-    assert "credentials" in e.value.hint
+    assert e.value.hint == "put the index's credentials in the URL (UV_INDEX_URL) or a .netrc"
     idx.fail["/json/simple/locked/"] = [401]
     with pytest.raises(wheels.IndexUnreachable, match=r"refused access \(401\)"):
         wheels.project_files("locked", idx.json)
@@ -264,6 +270,7 @@ def test_a_project_the_index_lacks_is_no_files_and_refusals_are_environment_erro
         wheels.project_files("locked", idx.json)
     assert e.value.message == f"the package index {idx.json} answered 418"
     assert e.value.facts[0].startswith(f"GET {idx.json}locked/ -> 418 ")
+    assert e.value.hint == "try again later, or point UV_INDEX_URL at another mirror"
     assert wheels.project_files("locked", idx.json) == []  # a failure is not remembered
 
 
@@ -310,6 +317,11 @@ def test_the_targets_tags_follow_its_glibc_and_python():
     for t in ("cp312-cp312-manylinux_2_29_x86_64", "cp311-cp311-manylinux_2_28_x86_64",
               "cp312-cp312-manylinux_2_28_aarch64", "cp313-cp313-manylinux_2_28_x86_64"):
         assert Tag(*t.split("-")) not in tags, t
+    # each legacy alias from the glibc it stands for
+    for glibc, alias in ((17, "manylinux2014"), (12, "manylinux2010"), (5, "manylinux1")):
+        for k in (glibc, glibc - 1):
+            assert (Tag("cp312", "cp312", f"{alias}_x86_64") in wheels.compatible_tags(
+                "3.12", f"x86_64-manylinux_2_{k}")) == (k == glibc), (glibc, k)
     # legacy aliases are glibc 2's only
     assert Tag("cp312", "cp312", "manylinux2014_x86_64") not in wheels.compatible_tags(
         "3.12", "x86_64-manylinux_3_17")
@@ -324,13 +336,16 @@ def test_the_targets_tags_follow_its_glibc_and_python():
 
 
 def _locked_index(idx: Index):
-    """One version built three ways (pure, this target's, another's) plus a bigger pure one."""
+    """One version built four ways: two pure (the bigger listed first), this target's (bigger
+    than the next) and another's."""
     spec = dict(files={"r/__init__.py": "x = 1\n"})
-    pure = idx.add(WheelSpec("r", "1.0", **spec))
     big = idx.add(WheelSpec("r", "1.0", tag="py2.py3-none-any",
                             files={"r/__init__.py": "x = 1\n" + "#" * 5000}))
-    mine = idx.add(WheelSpec("r", "1.0", tag="cp312-cp312-manylinux_2_28_x86_64", **spec))
+    pure = idx.add(WheelSpec("r", "1.0", **spec))
+    mine = idx.add(WheelSpec("r", "1.0", tag="cp312-cp312-manylinux_2_28_x86_64",
+                             files={"r/__init__.py": "x = 1\n" + "#" * 3000}))
     arm = idx.add(WheelSpec("r", "1.0", tag="cp312-cp312-manylinux_2_28_aarch64", **spec))
+    assert big.stat().st_size > pure.stat().st_size and mine.stat().st_size > arm.stat().st_size
     idx.add(WheelSpec("r", "0.9", **spec))
     return pure, big, mine, arm
 
@@ -345,6 +360,11 @@ def test_the_locked_file_is_the_pure_then_the_targets_then_the_smallest(idx):
     assert pick(arm, mine).filename == mine.name
     assert pick(mine, arm).filename == mine.name
     assert pick(arm).filename == arm.name
+    # fetching passes the target on: this target's build, though the other is smaller
+    with wheels.fetch_locked(LockedPackage("r", "1.0", (f"sha256:{_sha(arm)}",
+                                                        f"sha256:{_sha(mine)}")),
+                             [idx.json], mode="range", **where) as w:
+        assert w.filename == mine.name and w.mode == "range"
     # HTML pages give no sizes: a file without one is ranked last among its kind
     wheels._pages.clear()
     [f] = [f for f in wheels.project_files("r", idx.html) if f.filename == big.name]
@@ -368,8 +388,9 @@ def test_an_index_without_hashes_gives_its_file_to_be_checked_after_download(idx
                    hashed=False)
     idx.add(WheelSpec("n", "1.1"), hashed=False)
     pkg = LockedPackage("n", "1.0", (f"sha256:{'1' * 64}",))
-    f = wheels.locate_locked(pkg, [idx.json], python="3.12", platform="x86_64-manylinux_2_28")
-    assert f.filename == pure.name and f.sha256 is None
+    f = wheels.locate_locked(pkg, [idx.json, idx.base + "/none/simple/"], python="3.12",
+                             platform="x86_64-manylinux_2_28")
+    assert f.filename == pure.name and f.sha256 is None  # what every index listed counts
     idx.projects["n"] = [s for s in idx.projects["n"] if s.path != pure]
     wheels._pages.clear()
     assert wheels.locate_locked(pkg, [idx.json], python="3.12",
@@ -390,10 +411,15 @@ def test_no_locked_file_says_what_the_index_has_instead(idx):
     assert err.facts[1] == f"indexes asked: {idx.json}, {idx.html}"
     listed = ", ".join(f"{p.name} (sha256:{_sha(p)[:12]}…)" for p in files[:6])
     assert err.facts[2] == f"the index lists {listed}"
-    assert "--refresh" in err.hint
+    assert err.hint == ("the lock was made against another index, or the file was replaced: "
+                        "regenerate the lock (`imgbuild lock TARGET --refresh`), or set "
+                        "UV_INDEX_URL to the index it was made from")
     with pytest.raises(JobFailed) as e:
         wheels.locate_locked(LockedPackage("m", "3.0", hashes[:4]), [idx.json])
     assert e.value.facts[0].endswith(f"{c}, {d}")
+    with pytest.raises(JobFailed) as e:
+        wheels.locate_locked(LockedPackage("m", "3.0", hashes[:5]), [idx.json])
+    assert e.value.facts[0].endswith(f"{d} and 1 more")
     assert e.value.facts[2] == "the index lists no wheel of m 3.0"
 
 
@@ -420,17 +446,19 @@ def test_a_full_download_is_verified_kept_and_read_from_the_cache_next_time(idx)
 
 def test_a_download_with_another_hash_is_refused_and_not_kept(idx):
     p = idx.add(WheelSpec("e", "1.0"), hashed=False)
-    pkg = LockedPackage("e", "1.0", (f"sha256:{'0' * 64}",))
+    pins = [c * 64 for c in "012345"]
+    pkg = LockedPackage("e", "1.0", tuple(f"sha256:{h}" for h in pins))
     with pytest.raises(JobFailed) as e:
         wheels.fetch_locked(pkg, [idx.json])
     assert e.value.message == f"{p.name} does not have a hash the lock pins for e==1.0"
     assert e.value.facts == [f"downloaded from {idx.base}/files/{p.name}",
-                             f"its sha256 is {_sha(p)}", f"the lock pins {'0' * 64}"]
+                             f"its sha256 is {_sha(p)}", "the lock pins " + ", ".join(pins[:4])]
+    assert "regenerate the lock" in e.value.hint
     assert os.listdir(wheels.wheel_cache_dir()) == []  # the partial file is gone
     # the index's own hash is the check when the caller pins none
     idx.projects["e"] = [Served(p, sha256="1" * 64)]
     wheels._pages.clear()
-    with pytest.raises(JobFailed, match="does not have a hash"):
+    with pytest.raises(JobFailed, match="does not have a hash the lock pins for e==1.0"):
         wheels.fetch_version("e", "1.0", [idx.json])
 
 
@@ -452,16 +480,18 @@ def test_a_cached_wheel_counts_only_if_it_is_the_file_the_index_describes(idx, t
     assert idx.files() == []
 
 
-def test_a_big_wheel_is_read_by_range_and_a_small_one_whole(idx, monkeypatch):
+def test_a_big_wheel_is_read_by_range_and_a_small_one_whole(idx, monkeypatch, caplog):
+    caplog.set_level("INFO", logger="builder.lock.wheels")
     p = idx.add(WheelSpec("b", "1.0", files={"b/__init__.py": "", "b/k.so": "k" * 3000}))
     [f] = wheels.project_files("b", idx.json)
     size = p.stat().st_size
     monkeypatch.setattr(wheels, "RANGE_MIN_BYTES", size)
     with wheels.open_file(f, expect={_sha(p)}, what="b") as w:
-        assert (w.mode, w.size, w.sha256, w.name, w.version) == ("range", size, _sha(p), "b",
-                                                                 "1.0")
+        assert (w.mode, w.size, w.sha256, w.name, w.version, w.filename) == (
+            "range", size, _sha(p), "b", "1.0", p.name)
         assert w.transferred == size  # the whole tail: the file is smaller than RANGE_TAIL
     assert idx.log[-1] == (f"/files/{p.name}", f"bytes=-{wheels.RANGE_TAIL}")
+    assert caplog.messages == [f"range: {p.name} ({size} bytes on the index)"]
     monkeypatch.setattr(wheels, "RANGE_MIN_BYTES", size + 1)
     with wheels.open_file(f, expect={_sha(p)}, what="b") as w:
         assert w.mode == "full"
@@ -493,6 +523,7 @@ def test_a_file_the_index_will_not_serve_is_an_environment_error(idx):
         wheels.open_file(f, expect=None, what="f", mode="full")
     assert e.value.message == f"cannot download {p.name}: the index answered 404"
     assert e.value.facts == [f"GET {idx.base}/files/{p.name} -> 404 Not Found"]
+    assert e.value.hint == "try again later, or point UV_INDEX_URL at another mirror"
 
 
 def test_a_file_on_a_host_that_is_down_is_an_environment_error(idx):
@@ -504,6 +535,8 @@ def test_a_file_on_a_host_that_is_down_is_an_environment_error(idx):
                          expect=None, what="f", mode="full")
     assert e.value.message == f"cannot download {p.name}"
     assert e.value.facts[0].startswith("GET http://127.0.0.1:9/x.whl failed: ConnectionError")
+    assert len(e.value.facts[0].split("failed: ConnectionError: ", 1)[1]) == 200
+    assert e.value.hint == "check the network, then run the command again"
 
 
 # --- Range reads -----------------------------------------------------------------------------
@@ -564,7 +597,8 @@ def test_a_server_that_stops_honouring_range_is_an_environment_error(idx, monkey
             w.read("z/m2.py")
         assert e.value.message == (f"{idx.base}/files/{p.name}: a Range request got 200 after "
                                    "the server had honoured Range")
-        assert "IMGBUILD_RANGE_MIN_MB" in e.value.hint
+        assert e.value.hint == ("try again; set IMGBUILD_RANGE_MIN_MB=1e9 to download whole "
+                                "wheels instead")
 
 
 def test_only_the_wheels_own_record_checks_a_member(idx, monkeypatch):
@@ -590,12 +624,13 @@ def test_another_version_is_a_release_not_yanked_the_pure_wheel_first(idx):
     yanked = idx.add(WheelSpec("o", "1.0"), yanked=True)
     with wheels.fetch_version("o", Version("2.0"), [idx.json]) as w:
         assert w.filename == pure.name and w.mode == "full"
-    with wheels.fetch_version("o", "1.0", [idx.json]) as w:
-        assert w.filename == yanked.name
+    with wheels.fetch_version("o", "1.0", [idx.json], mode="range") as w:
+        assert w.filename == yanked.name and w.mode == "range"
     with pytest.raises(JobFailed) as e:
         wheels.fetch_version("O", "3.0", [idx.json, idx.html])
     assert e.value.message == "no wheel of o 3.0 on the index"
     assert e.value.facts == [f"indexes asked: {idx.json}, {idx.html}"]
+    assert e.value.hint == "the version may exist only as an sdist; pick another version"
     assert plat.name not in idx.files()
 
 
@@ -641,5 +676,212 @@ def test_an_index_on_a_host_that_is_down_is_unreachable():
     assert e.value.message == "the package index http://***@127.0.0.1:9/simple/ is unreachable"
     assert e.value.facts[0].startswith(
         "GET http://***@127.0.0.1:9/simple/x/ failed: ConnectionError: ")
-    assert "UV_INDEX_URL" in e.value.hint
+    assert e.value.hint == ("check the network (proxy, CA bundle), or point UV_INDEX_URL at a "
+                            "reachable mirror of PyPI")
     assert ("http://user:secret@127.0.0.1:9/simple/", "x") not in wheels._pages
+
+
+# --- what the first mutation run left alive ---------------------------------------------------
+
+def test_each_thread_keeps_one_session_that_retries_a_loaded_index(idx):
+    # In a thread of its own: the session is made there, by the code under test.
+    for code in (429, 500, 502, 503, 504):
+        idx.add(WheelSpec(f"s{code}", "1.0"))
+        idx.fail[f"/json/simple/s{code}/"] = [code]
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            first = wheels._session()
+            out["same"] = wheels._session() is first
+            out["https"] = first.get_adapter("https://pypi.org/") is first.get_adapter(
+                "http://127.0.0.1/")
+            out["files"] = [len(wheels.project_files(f"s{c}", idx.json))
+                            for c in (429, 500, 502, 503, 504)]
+        except BaseException as e:  # noqa: BLE001 - said by the assertion below
+            out["error"] = repr(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert out == {"same": True, "https": True, "files": [1] * 5}
+    assert idx.agents == {"imgbuild-drift (+requests)"}
+
+
+def test_an_index_that_stays_busy_fails_after_three_more_tries(idx):
+    idx.projects["busy"] = []
+    idx.fail["/json/simple/busy/"] = [503] * 4
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            wheels.project_files("busy", idx.json)
+        except wheels.IndexUnreachable as e:
+            out["error"] = e.message
+
+    t = threading.Thread(target=work)  # a session of its own, made by the code under test
+    t.start()
+    t.join()
+    assert out == {"error": f"the package index {idx.json} is unreachable"}
+    assert len(idx.log) == 4
+
+
+def test_a_kept_directory_without_the_wheel_is_filled_and_the_cache_may_be_elsewhere(
+        idx, monkeypatch, tmp_path):
+    p = idx.add(WheelSpec("k", "1.0"))
+    (wheels.wheel_cache_dir() / _sha(p)).mkdir(parents=True)  # left by an interrupted run
+    with wheels.fetch_locked(_pkg(p, "k", "1.0"), [idx.json], mode="full") as w:
+        assert w.mode == "full"
+    # a cache on another filesystem than the temporary directory: the download is renamed
+    # into place, so it is written beside its destination
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        return
+    monkeypatch.setenv("IMGBUILD_CACHE", str(shm / f"imgbuild-test-{os.getpid()}"))
+    try:
+        with wheels.fetch_locked(_pkg(p, "k", "1.0"), [idx.json], mode="full") as w:
+            assert w.mode == "full"
+    finally:
+        import shutil
+        shutil.rmtree(shm / f"imgbuild-test-{os.getpid()}", ignore_errors=True)
+
+
+def test_a_downloads_failure_says_what_the_connection_said_cut_to_200_characters(idx):
+    wheels._pages.clear()
+    with pytest.raises(wheels.IndexUnreachable) as e:
+        wheels.project_files("x", "http://127.0.0.1:9/simple/")
+    said = e.value.facts[0].split("failed: ConnectionError: ", 1)[1]
+    assert len(said) == 200 and "127.0.0.1" in said
+
+
+def test_older_metadata_attribute_names_and_pages_without_files_or_a_type(idx):
+    from builder.lock.wheels import _parse_html, _parse_json
+    [f] = _parse_html('<a href="x-1.0-py3-none-any.whl" data-dist-info-metadata="sha256=ab">'
+                      "x-1.0-py3-none-any.whl</a>", "http://h/x/", "i")
+    assert f.metadata_url == "http://h/x/x-1.0-py3-none-any.whl.metadata"
+    [g] = _parse_json({"files": [{"filename": "x-1.0-py3-none-any.whl", "url": "x.whl",
+                                  "hashes": {}, "data-dist-info-metadata": True}]},
+                      "http://h/x/", "i")
+    assert g.metadata_url == "http://h/x/x.whl.metadata"
+    assert _parse_json({"meta": {}}, "http://h/x/", "i") == []
+    p = idx.add(WheelSpec("plain", "1.0"))
+    idx.untyped = True  # no Content-Type: read as the HTML every index can serve
+    [h] = wheels.project_files("plain", idx.html)
+    assert h.filename == p.name
+
+
+def test_html_links_are_read_whatever_surrounds_them():
+    from builder.lock.wheels import _parse_html
+    page = ('</a><p>x-0.1-py3-none-any.whl</p></a>'
+            '<a href="/get?id=1"><span>x-1.0-py3-none-any.whl</span></a>'
+            '<a href="/get?id=2">x-2.0-py3<b></b>-none-any.whl</a>')  # text in two pieces
+    a, b = _parse_html(page, "http://h/simple/x/", "i")
+    assert (a.filename, a.url, a.version) == ("x-1.0-py3-none-any.whl", "http://h/get?id=1",
+                                              Version("1.0"))
+    assert b.filename == "x-2.0-py3-none-any.whl"
+
+
+def test_a_metadata_only_read_of_an_unhashed_index_still_checks_the_lock(idx):
+    p = idx.add(WheelSpec("um", "1.0"), hashed=False)
+    idx.range = False
+    pkg = LockedPackage("um", "1.0", (f"sha256:{'0' * 64}",))
+    with pytest.raises(JobFailed, match="does not have a hash the lock pins for um==1.0"):
+        wheels.fetch_metadata(pkg, [idx.json])
+    assert p.exists()
+    # two pins: the metadata is kept under the file's own hash, not the first pin
+    q = idx.add(WheelSpec("two", "1.0", requires=("z",)), metadata=True)
+    wheels.fetch_metadata(LockedPackage("two", "1.0", (f"sha256:{_sha(q)}",
+                                                       f"sha256:{'0' * 64}")), [idx.json])
+    assert [x.name for x in (wheels.cache_root() / "metadata").iterdir()] == [f"{_sha(q)}.json"]
+
+
+def test_a_file_is_opened_only_when_its_index_hash_is_one_expected(idx):
+    p = idx.add(WheelSpec("x", "1.0"))
+    [f] = wheels.project_files("x", idx.json)
+    with pytest.raises(JobFailed, match="does not have a hash the lock pins for x"):
+        wheels.open_file(f, expect={"0" * 64}, what="x", mode="full")
+    assert p.exists()
+
+
+def test_a_partial_answer_without_content_range_is_asked_for_whole(idx):
+    p = idx.add(WheelSpec("h", "1.0"))
+    idx.no_content_range = True
+    [f] = wheels.project_files("h", idx.json)
+    with wheels.open_file(f, expect={_sha(p)}, what="h", mode="range") as w:
+        assert w.mode == "full"
+
+
+def _bare_zip(path: Path, members: dict[str, bytes]) -> Path:
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+    return path
+
+
+def test_a_wheel_without_metadata_or_record_is_read_without_them(idx, tmp_path):
+    import zipfile
+    z = _bare_zip(tmp_path / "n-1.0-py3-none-any.whl", {"n/__init__.py": b"x"})
+    assert wheels._metadata_member(zipfile.ZipFile(z)) is None
+    served = idx.root / z.name
+    idx.root.mkdir(parents=True, exist_ok=True)
+    served.write_bytes(z.read_bytes())
+    idx.projects["n"] = [Served(served)]
+    [f] = wheels.project_files("n", idx.json)
+    with wheels.open_file(f, expect={_sha(z)}, what="n", mode="range") as w:
+        assert w.read("n/__init__.py") == b"x"
+
+
+def test_record_rows_without_a_size_and_members_that_are_not_utf8(idx):
+    body = "é".encode("latin-1")  # not UTF-8
+    record = (f"r2/__init__.py,sha256={_b64(b'x = 1')}\n"  # no size column; says x = 1
+              f"r2/data.txt,sha256={_b64(body)},1\n"
+              "r2/\xff\n").encode("latin-1")  # and a row RECORD cannot decode
+    idx.root.mkdir(parents=True, exist_ok=True)
+    z = _bare_zip(idx.root / "r2-1.0-py3-none-any.whl", {
+        "r2/__init__.py": b"x = 2", "r2/data.txt": body, "r2-1.0.dist-info/RECORD": record})
+    idx.projects["r2"] = [Served(z)]
+    [f] = wheels.project_files("r2", idx.json)
+    with wheels.open_file(f, expect={_sha(z)}, what="r2", mode="range") as w:
+        assert w.read_text("r2/data.txt") == "\ufffd"
+        with pytest.raises(JobFailed, match="member r2/__init__.py does not match") as e:
+            w.read("r2/__init__.py")
+        assert e.value.hint == ("the file on the index is damaged or was replaced; try again, "
+                                "then regenerate the lock")
+
+
+def test_a_member_streams_in_chunks_and_reads_count_what_came(idx, monkeypatch):
+    p, files, w = _range_wheel(idx, monkeypatch)
+    with w:
+        blocks = list(w.stream("z/m3.py", chunk=512))
+        assert len(blocks) > 1 and max(map(len, blocks)) <= 512
+        before = w.transferred
+        w.read("z/m5.py")
+        assert w.transferred == w._range.fetched > before
+
+
+def test_a_range_file_reads_and_fetches_exactly_what_is_asked(idx):
+    p = idx.add(WheelSpec("rf", "1.0", files={"rf/a.py": os.urandom(4000).hex()}))
+    data = p.read_bytes()
+    size = len(data)
+    url = f"{idx.base}/files/{p.name}"
+    rf = wheels._RangeFile(url, size, data[-100:])
+    assert rf.fetched == 100 and rf.tell() == 0
+    rf.prefetch([(size - 100, size)])  # held already, to its last byte
+    assert idx.log == []
+    rf.prefetch([(size - 50, size), (0, 10), (20, 30)])  # one held, then two close together
+    assert idx.log == [(f"/files/{p.name}", "bytes=0-29")]
+    assert rf.fetched == 130
+    rf.seek(size - 100)
+    one = bytearray(1)
+    assert rf.readinto(one) == 1 and one == data[-100:-99]
+    buf = bytearray(10)
+    assert rf.readinto(buf) == 10 and buf == data[-99:-89]
+    rf.seek(40)  # not fetched: a block from here
+    assert rf.readinto(buf) == 10 and buf == data[40:50]
+    assert idx.log[-1] == (f"/files/{p.name}", f"bytes=40-{min(size, 40 + (256 << 10)) - 1}")
+
+
+def _b64(data: bytes) -> str:
+    import base64
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
