@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out = args.out or ROOT / "bench" / "results" / (
         "checkmodel.json" if args.shape == "uniform" else f"checkmodel-{args.shape}.json")
+    load_start = os.getloadavg()  # others' work on this shared machine: wall time waits for it
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         ckpt = tmp / "checkpoint"
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             b["profile"] = profiles[v]
     after = blocks["after"]
     doc = {"machine": machine(), "rounds": args.rounds, "code": args.after or "working tree",
+           "load_avg": {"start": [round(x, 2) for x in load_start],
+                        "end": [round(x, 2) for x in os.getloadavg()]},
            "shape": {"name": args.shape, "module_names": modules, "ignore_entries": entries,
                      "tensor_names": after.pop("tensor_names")},
            "cli_target": TARGET, **after}
@@ -433,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     res = after["result"]
+    print(f"load average {doc['load_avg']['start'][0]} -> {doc['load_avg']['end'][0]} "
+          f"on {os.cpu_count()} cores")
     print(f"{modules:,} module names, {entries:,} ignore entries "
           f"({res['offending_entries']:,} hide {res['hidden_modules']:,} quantized modules "
           f"under SGLang 0.5.16's substring matcher), median of {args.rounds}")
