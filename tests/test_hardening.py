@@ -550,6 +550,7 @@ def containers_named(client, prefix: str) -> list:
 
 
 @pytest.mark.docker
+@pytest.mark.engine_exclusive  # it looks for any smoke container, build, lock wait
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig, code):
     built = run_imgbuild("tiny-cpu", "--no-smoke", "--json")
@@ -574,6 +575,11 @@ def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig
     assert not containers_named(docker_client, "imgbuild-smoke-")
 
 
+# The install step of an image build, as it runs on this host inside its container (the
+# image's own uv, not the host's, which tests outside the docker marker run beside these).
+IN_IMAGE_INSTALL = "/opt/imgbuild-tools/uv pip install"
+
+
 def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
     """`imgbuild ARGS` started, returned once its `docker build` runs a step."""
     env = dict(os.environ, TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1")
@@ -585,7 +591,7 @@ def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:
-        if subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode == 0:
+        if subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode == 0:
             return p
         time.sleep(0.1)
     p.kill()
@@ -594,6 +600,7 @@ def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
 
 
 @pytest.mark.docker
+@pytest.mark.engine_exclusive  # it looks for any smoke container, build, lock wait
 def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(docker_client, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -603,10 +610,10 @@ def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(docker_client, 
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143 and "Traceback" not in err, err[-2000:]
     deadline = time.monotonic() + 60  # BuildKit cancels the build when its client goes
-    while subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode == 0 \
+    while subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode == 0 \
             and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert subprocess.run(["pgrep", "-f", "uv pip install"], capture_output=True).returncode != 0
+    assert subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode != 0
     assert not list(scratch.iterdir())  # the context and the secrets directory are gone
     assert local_id(docker_client, "imgbuild:tiny-cpu") == before  # no tag moved
     # The build lock went with the process: the same build runs at once, and completes.
