@@ -774,7 +774,8 @@ def test_html_links_are_read_whatever_surrounds_them():
     from builder.lock.wheels import _parse_html
     page = ('</a><p>x-0.1-py3-none-any.whl</p></a>'
             '<a href="/get?id=1"><span>x-1.0-py3-none-any.whl</span></a>'
-            '<a href="/get?id=2">x-2.0-py3<b></b>-none-any.whl</a>')  # text in two pieces
+            '<a href="/get?id=2">x-2.0-py3<b></b>-none-any.whl</a>'  # text in two pieces
+            '</a></body>')  # a stray end tag after a link
     a, b = _parse_html(page, "http://h/simple/x/", "i")
     assert (a.filename, a.url, a.version) == ("x-1.0-py3-none-any.whl", "http://h/get?id=1",
                                               Version("1.0"))
@@ -872,14 +873,16 @@ def test_a_range_file_reads_and_fetches_exactly_what_is_asked(idx):
     rf.prefetch([(size - 50, size), (0, 10), (20, 30)])  # one held, then two close together
     assert idx.log == [(f"/files/{p.name}", "bytes=0-29")]
     assert rf.fetched == 130
+    rf.prefetch([(0, 10), (40, 50)])  # the first held: the next is still fetched
+    assert idx.log[-1] == (f"/files/{p.name}", "bytes=40-49") and rf.fetched == 140
     rf.seek(size - 100)
     one = bytearray(1)
     assert rf.readinto(one) == 1 and one == data[-100:-99]
     buf = bytearray(10)
     assert rf.readinto(buf) == 10 and buf == data[-99:-89]
-    rf.seek(40)  # not fetched: a block from here
-    assert rf.readinto(buf) == 10 and buf == data[40:50]
-    assert idx.log[-1] == (f"/files/{p.name}", f"bytes=40-{min(size, 40 + (256 << 10)) - 1}")
+    rf.seek(60)  # not fetched: a block from here
+    assert rf.readinto(buf) == 10 and buf == data[60:70]
+    assert idx.log[-1] == (f"/files/{p.name}", f"bytes=60-{min(size, 60 + (256 << 10)) - 1}")
 
 
 def _b64(data: bytes) -> str:
