@@ -10,6 +10,9 @@ Two checks, both loaded by tests/conftest.py:
   session's (the docker SDK, the docker CLI and every `imgbuild` subprocess read it) and
   in-process connections to the shared registry refused; a test that reached either fails,
   saying which.
+
+It also runs the docker tests side by side safely under xdist: each group (xdist_group) on one
+worker, every docker test holding the Engine shared and an engine_exclusive one holding it alone.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+ENGINE_GROUP = "engine"  # the xdist group of a docker test whose file names none
 # Fixtures that drive the Engine (every fixture built on them asks for them too).
-ENGINE_GROUP = "engine"
 ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "arm64_base", "private_registry"})
 # The modules' own fixtures that start a real Distribution registry (tests/registries.py); the
 # names are too plain (`basic`, `tls`) to mean a registry elsewhere.
