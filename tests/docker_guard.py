@@ -151,8 +151,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 # Every docker test holds the Engine shared for its whole run, session fixtures included; one
 # marked engine_exclusive (it restarts the daemon) holds it alone. A file lock, so that xdist
-# workers and a second pytest run on the machine take turns the same way.
-ENGINE_LOCK = Path(tempfile.gettempdir()) / "imgbuild-tests-engine.lock"
+# workers and a second pytest run on the machine take turns the same way. A pytest run inside
+# a test (tests/test_markers.py) names a lock of its own: the outer run's docker tests hold
+# this one.
+def engine_lock() -> Path:
+    return Path(os.environ.get("IMGBUILD_TEST_ENGINE_LOCK")
+                or Path(tempfile.gettempdir()) / "imgbuild-tests-engine.lock")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -160,7 +164,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if item.get_closest_marker("docker") is None:
         return (yield)
     exclusive = item.get_closest_marker("engine_exclusive") is not None
-    with open(ENGINE_LOCK, "a") as lock:
+    with open(engine_lock(), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             return (yield)

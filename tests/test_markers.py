@@ -32,7 +32,9 @@ def inner(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_inner.py").write_text("import pytest\n" + textwrap.dedent(body))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    docker: the Engine\n"
                                          "    engine_exclusive: alone\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # A lock of its own: the docker tests of the run this test is part of hold the shared one.
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               IMGBUILD_TEST_ENGINE_LOCK=str(tmp_path / "engine.lock"))
     env.pop("DOCKER_HOST", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            *args, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
