@@ -57,7 +57,7 @@ test-slow: setup
 	.venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 # Mutation testing of the core, one module at a time (minutes each; not part of `make test`):
-# bench/results/mutation.json. MODULES="builder/plan/key.py ..." picks some.
+# bench/results/mutation.json. MODULES="imgbuild/plan/key.py ..." picks some.
 mutation: venv
 	.venv/bin/python bench/mutation.py $(MODULES)
 

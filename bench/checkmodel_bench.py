@@ -55,8 +55,8 @@ if CODE:
     sys.path.insert(0, CODE)
 
 from bench.machine import machine  # noqa: E402
-from builder.checks import checkmodel  # noqa: E402
-from builder.workspace import Workspace  # noqa: E402
+from imgbuild.checks import checkmodel  # noqa: E402
+from imgbuild.workspace import Workspace  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 TARGET = "sglang-0516-blackwell"  # the CLI's target: SGLang 0.5.16 with its patches
@@ -65,7 +65,7 @@ RUNNER = """import sys
 tree = sys.argv.pop(1)
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
 sys.path.insert(0, tree)
-from builder.cli import main
+from imgbuild.cli import main
 sys.argv[0] = "imgbuild"
 sys.exit(main())
 """
@@ -332,7 +332,7 @@ def profile(runner: Path, code: Path, env: dict[str, str], out: Path, *args: str
         return f"{f}:{line}({fn})"
 
     rows = [(k, v) for k, v in st.stats.items()]  # type: ignore[attr-defined]
-    ours = sorted((r for r in rows if r[0][0].startswith(str(code) + "/builder/")),
+    ours = sorted((r for r in rows if r[0][0].startswith(str(code) + "/imgbuild/")),
                   key=lambda r: -r[1][3])[:top]
     own = sorted(rows, key=lambda r: -r[1][2])[:top // 2]
     return {"total_s": round(total, 3),

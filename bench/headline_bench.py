@@ -34,8 +34,8 @@ def scan(cache: str) -> dict:
     """One coverage read of the headline lock, in a child process with its own cache."""
     code = (
         "import json, time\n"
-        "from builder.workspace import Workspace\n"
-        "from builder.lock import kernels\n"
+        "from imgbuild.workspace import Workspace\n"
+        "from imgbuild.lock import kernels\n"
         f"ws = Workspace.open(None, None, None)\nref = ws.target({TARGET!r})\n"
         "rules = ws.kernel_rules[ref.target.engine]\nt = time.perf_counter()\n"
         "doc, scans = kernels.make_record(ref.lock(), [(r.package, r.files) for r in rules.rules],"

@@ -24,14 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine  # noqa: E402
-from builder.lock.lockfile import LockRequest  # noqa: E402
-from builder.lock.resolve import lock_many  # noqa: E402
-from builder.lock.uv import index_args, uv_bin, uv_env  # noqa: E402
-from builder.workspace import Workspace  # noqa: E402
+from imgbuild.lock.lockfile import LockRequest  # noqa: E402
+from imgbuild.lock.resolve import lock_many  # noqa: E402
+from imgbuild.lock.uv import index_args, uv_bin, uv_env  # noqa: E402
+from imgbuild.workspace import Workspace  # noqa: E402
 
 
 def raw_uv(req: LockRequest, wheels: Path | None, env: dict) -> float:
-    """The same resolution as builder.lock.resolve, spelled as a user would type it."""
+    """The same resolution as imgbuild.lock.resolve, spelled as a user would type it."""
     with tempfile.TemporaryDirectory() as td:
         (Path(td) / "requirements.in").write_text("\n".join(req.requirements) + "\n")
         cmd = [uv_bin(), "pip", "compile", f"{td}/requirements.in", "--generate-hashes",

@@ -3,7 +3,7 @@ mutmut (from PyPI): each module's mutants run against the tests that exercise it
 survives is recorded with its diff.
 
     make mutation                                  # every module below
-    .venv/bin/python bench/mutation.py builder/plan/key.py ...
+    .venv/bin/python bench/mutation.py imgbuild/plan/key.py ...
 
 Each module runs in a scratch copy of the committed tree (git archive HEAD), so a run never
 touches the working tree; mutmut runs only the selected tests that reach the mutated
@@ -40,46 +40,46 @@ from bench.machine import machine  # noqa: E402
 MUTMUT = str(ROOT / ".venv" / "bin" / "mutmut")
 # module -> the tests that exercise it without Docker, PyPI or gigabytes
 MODULES: dict[str, list[str]] = {
-    "builder/plan/key.py": ["tests/test_content_key.py", "tests/test_plan_render.py",
+    "imgbuild/plan/key.py": ["tests/test_content_key.py", "tests/test_plan_render.py",
                             "tests/test_key_mutants.py"],
-    "builder/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py",
+    "imgbuild/lock/conflicts.py": ["tests/test_resolver.py", "tests/test_offline_twins.py",
                                   "tests/test_conflicts_text.py", "tests/test_conflicts_mutants.py"],
-    "builder/checks/drift.py": ["tests/test_drift.py", "tests/test_survivors.py",
+    "imgbuild/checks/drift.py": ["tests/test_drift.py", "tests/test_survivors.py",
                                 "tests/test_offline_twins.py", "tests/test_drift_mutants.py"],
-    "builder/checks/checkmodel/names.py": ["tests/test_checkmodel.py",
+    "imgbuild/checks/checkmodel/names.py": ["tests/test_checkmodel.py",
                                            "tests/test_checkmodel_mutants.py"],
-    "builder/checks/checkmodel/ignore.py": ["tests/test_checkmodel.py",
+    "imgbuild/checks/checkmodel/ignore.py": ["tests/test_checkmodel.py",
                                             "tests/test_survivors.py",
                                             "tests/test_checkmodel_mutants.py"],
-    "builder/checks/checkmodel/fix.py": ["tests/test_checkmodel.py", "tests/test_survivors.py",
+    "imgbuild/checks/checkmodel/fix.py": ["tests/test_checkmodel.py", "tests/test_survivors.py",
                                          "tests/test_checkmodel_mutants.py"],
-    "builder/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py",
+    "imgbuild/plan/patchset.py": ["tests/test_patches.py", "tests/test_survivors.py",
                                  "tests/test_patcher_behaviour.py"],
     # the smoke gate's decision (its effects, tag moves and pushes, need the Engine)
-    "builder/pipeline/build.py": ["tests/test_gate_decision.py"],
-    "builder/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py",
+    "imgbuild/pipeline/build.py": ["tests/test_gate_decision.py"],
+    "imgbuild/payload/patcher.py": ["tests/test_patches.py", "tests/test_patcher_behaviour.py",
                                    "tests/test_patcher_mutants.py"],
     # the registry client over HTTP, against the Distribution registry binary (no Engine)
-    "builder/image/distribution.py": ["tests/test_registry_client.py"],
-    "builder/image/registry.py": ["tests/test_registry_client.py"],
+    "imgbuild/image/distribution.py": ["tests/test_registry_client.py"],
+    "imgbuild/image/registry.py": ["tests/test_registry_client.py"],
     # what decides trust: the index's refusals, verify's judgement, the build's inputs, the
     # pull's platform, a wheel's hashes (their registry reads and Engine steps are Engine-only)
-    "builder/pipeline/index.py": ["tests/test_trust_paths.py"],
-    "builder/pipeline/obtain.py": ["tests/test_trust_paths.py"],
-    "builder/pipeline/pull.py": ["tests/test_trust_paths.py"],
+    "imgbuild/pipeline/index.py": ["tests/test_trust_paths.py"],
+    "imgbuild/pipeline/obtain.py": ["tests/test_trust_paths.py"],
+    "imgbuild/pipeline/pull.py": ["tests/test_trust_paths.py"],
     # fetching and checking a wheel: hashes, Range, RECORD, against an index in the test's own
     # process (the drift check's tests reach it too, but start pypiserver: 15 s a mutant)
-    "builder/lock/wheels.py": ["tests/test_trust_paths.py", "tests/test_wheels_mutants.py"],
-    "builder/image/attest.py": ["tests/test_trust_paths.py"],
-    "builder/image/context.py": ["tests/test_trust_paths.py", "tests/test_plan_render.py"],
+    "imgbuild/lock/wheels.py": ["tests/test_trust_paths.py", "tests/test_wheels_mutants.py"],
+    "imgbuild/image/attest.py": ["tests/test_trust_paths.py"],
+    "imgbuild/image/context.py": ["tests/test_trust_paths.py", "tests/test_plan_render.py"],
 }
 EXPLAINED = ROOT / "bench" / "mutation-explained.yaml"
 KINDS = ("equivalent", "harmless")
 DESELECT = "not live and not slow and not docker"
 # The registry client's tests are marked docker (they start real Distribution registries, which
 # `-m "not docker"` promises not to), but drive no Engine: its modules run them.
-DESELECT_FOR = {"builder/image/distribution.py": "not live and not slow",
-                "builder/image/registry.py": "not live and not slow"}
+DESELECT_FOR = {"imgbuild/image/distribution.py": "not live and not slow",
+                "imgbuild/image/registry.py": "not live and not slow"}
 SHOW = ("import json, sys\n"
         "from mutmut.mutation.diff_apply import get_diff_for_mutant\n"
         "print(json.dumps({n: get_diff_for_mutant(n, path=sys.argv[1])\n"
@@ -89,7 +89,7 @@ ALSO_COPY = ["images", "lockfiles", "tests", "requirements", "README.md", "Makef
 
 
 def function_of(mutant: str) -> str:
-    """`builder.x.y.x_name__mutmut_12` -> `name`; methods (`xǁClassǁname`) -> `Class.name`."""
+    """`imgbuild.x.y.x_name__mutmut_12` -> `name`; methods (`xǁClassǁname`) -> `Class.name`."""
     last = re.sub(r"__mutmut_\d+$", "", mutant.rsplit(".", 1)[-1])
     if last.startswith("xǁ"):
         return last[1:].replace("ǁ", ".").strip(".")
@@ -136,7 +136,7 @@ def run_module(module: str, tests: list[str]) -> dict:
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         with open(tree / "pyproject.toml", "a") as f:
             f.write("\n[tool.mutmut]\n"
-                    'source_paths = ["builder"]\n'
+                    'source_paths = ["imgbuild"]\n'
                     f"only_mutate = {json.dumps([module])}\n"
                     f"also_copy = {json.dumps(ALSO_COPY)}\n"
                     f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"

@@ -29,8 +29,8 @@ import docker  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from bench.machine import machine  # noqa: E402
-from builder.cli.console import JsonProgress, PlainProgress, RichProgress  # noqa: E402
-from builder.progress import SILENT  # noqa: E402
+from imgbuild.cli.console import JsonProgress, PlainProgress, RichProgress  # noqa: E402
+from imgbuild.progress import SILENT  # noqa: E402
 
 ROUNDS = 5
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine  # noqa: E402
-from builder.image.registry import MANIFEST_TYPES, Repository  # noqa: E402
+from imgbuild.image.registry import MANIFEST_TYPES, Repository  # noqa: E402
 
 IMGBUILD = str(ROOT / ".venv" / "bin" / "imgbuild")
 LAYOUTS = {

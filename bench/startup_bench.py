@@ -53,7 +53,7 @@ def wall(args: list[str]) -> float:
 
 def import_times(args: list[str], top: int = 15) -> list[dict]:
     """The modules with the largest cumulative import time (µs), as -X importtime reports."""
-    r = subprocess.run([PYTHON, "-X", "importtime", "-m", "builder.cli", *args], cwd=ROOT,
+    r = subprocess.run([PYTHON, "-X", "importtime", "-m", "imgbuild.cli", *args], cwd=ROOT,
                        capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
     rows = []
     for line in r.stderr.splitlines():

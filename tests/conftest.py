@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from builder.workspace import Workspace
+from imgbuild.workspace import Workspace
 
 # The docker marker's two checks (at collection and while a test runs): hooks and fixtures
 # that pytest finds here because they are names of this module.
@@ -42,7 +42,7 @@ def run_imgbuild(*args: str, env: dict | None = None, timeout: int = 1800,
     if WHEELS:
         e.setdefault("IMGBUILD_WHEELS", WHEELS)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=cwd or ROOT, env=e,
+    return subprocess.run([sys.executable, "-m", "imgbuild.cli", *args], cwd=cwd or ROOT, env=e,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -89,8 +89,8 @@ def images_copy(tmp_path) -> Path:
 
 
 # The smoke-model generator's code: a change to any of these makes new test checkpoints.
-SMOKE_GENERATOR_SOURCES = ("builder/payload/smokegen.py", "builder/payload/smoke.py",
-                           "builder/smokemodel.py")
+SMOKE_GENERATOR_SOURCES = ("imgbuild/payload/smokegen.py", "imgbuild/payload/smoke.py",
+                           "imgbuild/smokemodel.py")
 
 
 def persistent_test_cache() -> Path:
@@ -102,7 +102,7 @@ def persistent_test_cache() -> Path:
 
 def smoke_checkpoint(spec, area: str) -> Path:
     """A smoke checkpoint made by the real generator in this interpreter
-    (builder.smokemodel.ensure), kept under <test cache>/<area>/<generator key16>/.
+    (imgbuild.smokemodel.ensure), kept under <test cache>/<area>/<generator key16>/.
 
     ensure already names the entry by the spec's recipe key and the installed tooling's
     versions, checks it file by file (sha256 against its reference) before reuse, and renames
@@ -112,7 +112,7 @@ def smoke_checkpoint(spec, area: str) -> Path:
     import fcntl
     import hashlib
 
-    from builder import smokemodel
+    from imgbuild import smokemodel
 
     h = hashlib.sha256()
     for rel in SMOKE_GENERATOR_SOURCES:
@@ -163,7 +163,7 @@ def plain_install(tmp_path_factory) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "builder", src / "builder",
+    shutil.copytree(ROOT / "imgbuild", src / "imgbuild",
                     ignore=shutil.ignore_patterns("__pycache__"))
     uv = shutil.which("uv")
     if uv is None:
@@ -177,7 +177,7 @@ def plain_install(tmp_path_factory) -> Path:
     if r.returncode != 0:
         pytest.skip(f"skipped: imgbuild's dependencies cannot be installed here: {r.stderr[-300:]}")
     site = subprocess.run([str(venv / "bin" / "python"), "-c",
-                           "import builder, sys; print(builder.__file__)"],
+                           "import imgbuild, sys; print(imgbuild.__file__)"],
                           capture_output=True, text=True, cwd="/").stdout.strip()
     assert site and not site.startswith(str(ROOT)), site  # the copy in site-packages
     return venv

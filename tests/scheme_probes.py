@@ -1,4 +1,4 @@
-"""Write builder/payload/scheme-probes.json: the checkpoints the smoke stage "engine-schemes"
+"""Write imgbuild/payload/scheme-probes.json: the checkpoints the smoke stage "engine-schemes"
 asks an image's engine about, beside the image's own smoke model.
 
     .venv/bin/python -m tests.scheme_probes --write     # after a change to the generator
@@ -6,7 +6,7 @@ asks an image's engine about, beside the image's own smoke model.
 An engine chooses a layer's quantization scheme from the checkpoint's quantization config and
 the layer's name only, so a probe is a checkpoint's config.json quantization_config and its
 tensor names (no weights). All three come from checkpoints really made by llmcompressor and
-compressed-tensors here (builder/payload/smokegen.py's recipes):
+compressed-tensors here (imgbuild/payload/smokegen.py's recipes):
 
 - `mixed-precision`: the two-group smoke checkpoint (FP8 W8A8 on self_attn, NVFP4 W4A4 on mlp;
   top-level format `mixed-precision`): SGLang 0.5.7-0.5.16 without the patch find no scheme.
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "builder" / "payload" / "scheme-probes.json"
+OUT = ROOT / "imgbuild" / "payload" / "scheme-probes.json"
 
 
 def _names(model: Path) -> list[str]:
@@ -48,7 +48,7 @@ def _moe(out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    from builder.payload import smokegen as g
+    from imgbuild.payload import smokegen as g
 
     spec = g.SmokeModelSpec(name="scheme-probe-moe", scheme="NVFP4")
     tok = g._train_tokenizer(spec)
@@ -68,7 +68,7 @@ def _moe(out: Path) -> Path:
 
 
 def build() -> dict:
-    from builder import smokemodel
+    from imgbuild import smokemodel
 
     with tempfile.TemporaryDirectory(prefix="scheme-probes-") as d:
         tmp = Path(d)

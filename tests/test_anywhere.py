@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.payload import smoke as payload
+from imgbuild.payload import smoke as payload
 
 from . import golden
 from .conftest import ROOT, WHEELS
@@ -44,7 +44,7 @@ def registry_repo(docker_client) -> str:
 
 def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_install, registry_repo,
                                                                       tmp_path):
-    dev = [sys.executable, "-m", "builder.cli"]
+    dev = [sys.executable, "-m", "imgbuild.cli"]
     cache = tmp_path / "cache"  # an empty cache: the smoke model is made by its generator
     r = imgbuild(dev, "tiny-cpu", "--push", "--registry", registry_repo, "--json", cwd=ROOT,
                  home=Path.home(), cache=cache)
@@ -75,7 +75,7 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
 def test_the_generator_makes_the_same_bytes_twice(tmp_path):
     """Regeneration in the pinned generator image is byte-identical, so the recipe key alone
     names the checkpoint (README: content key)."""
-    dev = [sys.executable, "-m", "builder.cli"]
+    dev = [sys.executable, "-m", "imgbuild.cli"]
     manifests = []
     for n in (1, 2):
         r = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", cwd=ROOT, home=Path.home(),
@@ -92,7 +92,7 @@ def test_a_base_that_is_not_the_recorded_one_is_refused(images_copy, tmp_path):
     bases = images_copy / "bases.yaml"
     bases.write_text(re.sub(r"rootfs: sha256:\w+", "rootfs: sha256:" + "0" * 64,
                             bases.read_text()))
-    r = imgbuild([sys.executable, "-m", "builder.cli"], "tiny-cpu", "--images", str(images_copy),
+    r = imgbuild([sys.executable, "-m", "imgbuild.cli"], "tiny-cpu", "--images", str(images_copy),
                  "--registry", "imgbuild-refused", cwd=tmp_path, home=Path.home(),
                  cache=Path(os.environ.get("IMGBUILD_CACHE") or
                             Path.home() / ".cache" / "imgbuild"))
@@ -105,8 +105,8 @@ def test_a_base_that_is_not_the_recorded_one_is_refused(images_copy, tmp_path):
 @pytest.mark.slow
 def test_bootstrap_is_reproducible(docker_client):
     """debootstrap twice (a minute each): the same rootfs digest, the one the recipe records."""
-    from builder.image import base
-    from builder.workspace import Workspace
+    from imgbuild.image import base
+    from imgbuild.workspace import Workspace
 
     b = Workspace(ROOT / "images", ROOT / "lockfiles").catalog.base("debian-bookworm")
     got = {base.bootstrap(docker_client, b, rebuild=True).rootfs for _ in range(2)}

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from builder.errors import EnvError
-from builder.image.buildlock import exclusive
+from imgbuild.errors import EnvError
+from imgbuild.image.buildlock import exclusive
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from builder.image.buildlock import exclusive
+from imgbuild.image.buildlock import exclusive
 with exclusive(sys.argv[1], directory=Path(sys.argv[2]), log=lambda m: None):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from builder.checks import checkmodel as cm
-from builder.checks.checkmodel.ignore import IgnoreAnalysis
+from imgbuild.checks import checkmodel as cm
+from imgbuild.checks.checkmodel.ignore import IgnoreAnalysis
 
 from .test_checkmodel import (  # noqa: F401  (checkpoints, catalog, engines: fixtures)
     catalog,
@@ -338,7 +338,7 @@ def test_fix_with_nothing_to_fix_leaves_the_config_as_it_was(nvfp4):
 
 
 def test_fix_refuses_a_config_without_quantization():
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     with pytest.raises(InputError) as e:
         cm.fix({"architectures": ["X"]}, ["a.b"])
@@ -357,7 +357,7 @@ def test_fix_skips_what_is_not_a_plain_name(nvfp4):
 
 
 def test_fused_names_that_would_match_modules_are_refused(nvfp4):
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     cfg = real_config(nvfp4, ["lm_head"])
     with pytest.raises(InputError) as e:
@@ -384,9 +384,9 @@ def test_the_proof_says_how_a_faulty_rewrite_differs(nvfp4, monkeypatch):
     refusal names what differs under each matcher, verbatim."""
     import importlib
 
-    from builder.errors import JobFailed
+    from imgbuild.errors import JobFailed
 
-    fixmod = importlib.import_module("builder.checks.checkmodel.fix")
+    fixmod = importlib.import_module("imgbuild.checks.checkmodel.fix")
     cfg = real_config(nvfp4, ["lm_head", "model.layers.0.mlp"])
     monkeypatch.setattr(fixmod, "collapse", lambda entries: [r"^model.layers.0"])
     with pytest.raises(JobFailed) as e:
@@ -432,7 +432,7 @@ def test_write_fix_where_and_what(nvfp4, tmp_path, monkeypatch):
 
 
 def test_write_fix_refusals_verbatim(nvfp4, tmp_path):
-    from builder.errors import EnvError, InputError, JobFailed
+    from imgbuild.errors import EnvError, InputError, JobFailed
 
     r = cm.fix(real_config(nvfp4, ["model.layers.0.mlp"]), nvfp4.module_names)
     notes = tmp_path / "notes.txt"
@@ -508,7 +508,7 @@ def test_literal_prefix_of_re_entries():
     import importlib
     import re
 
-    names_mod = importlib.import_module("builder.checks.checkmodel.names")
+    names_mod = importlib.import_module("imgbuild.checks.checkmodel.names")
     probe = ["a", "b", "ab", "abc", "abb", "a.b", "ax", "axb", "a|b", "|ab", "a]b", "a1b",
              "aXb", "x", "xa", "xb", "xab", ".a", "c", "bc", "lm_head-x/y:z,w@v u",
              "model.layers.0.", "model.layers.0.mlp", "model.layers.1.mlp", "a9b"]

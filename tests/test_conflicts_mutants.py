@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.errors import ResolveError
-from builder.lock import conflicts as cf
-from builder.lock.conflicts import Constraint
+from imgbuild.errors import ResolveError
+from imgbuild.lock import conflicts as cf
+from imgbuild.lock.conflicts import Constraint
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.errors import ResolveError
-from builder.lock import conflicts as cf
-from builder.lock.conflicts import Conflict, Constraint
+from imgbuild.errors import ResolveError
+from imgbuild.lock import conflicts as cf
+from imgbuild.lock.conflicts import Conflict, Constraint
 
 UV_CHAIN = ("Because engine-old==1.0 depends on ctensors==0.8.1, and you require "
             "ctensors>=0.10, we can conclude that you require engine-old<1.0.")

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from builder import smokemodel
-from builder.lock.lockfile import LockRequest, read_lock, write_lock
-from builder.lock.resolve import resolve
-from builder.plan.decide import make_plan
-from builder.workspace import Workspace
+from imgbuild import smokemodel
+from imgbuild.lock.lockfile import LockRequest, read_lock, write_lock
+from imgbuild.lock.resolve import resolve
+from imgbuild.plan.decide import make_plan
+from imgbuild.workspace import Workspace
 
 from . import golden
 from .conftest import ROOT
@@ -69,7 +69,7 @@ def test_golden_tags_from_a_plain_install_elsewhere(plain_install, tmp_path):
     for name in GOLDEN:
         assert _plan_tag([str(plain_install / "bin" / "imgbuild")], name, Path("/"), env) == \
             GOLDEN[name], name
-    dev = [sys.executable, "-m", "builder.cli"]
+    dev = [sys.executable, "-m", "imgbuild.cli"]
     env_dev = env | {"PYTHONPATH": str(ROOT)}
     for name in ("tiny-cpu", "sglang-0516-blackwell"):
         assert _plan_tag(dev, name, tmp_path, env_dev) == GOLDEN[name], name

@@ -50,7 +50,7 @@ def test_first_build_builds_smokes_and_pushes(built, registry_repo):
 def test_labels_on_the_image(built, docker_client):
     img = docker_client.images.get(built["content_tag"])
     labels = img.labels
-    from builder.lock.lockfile import read_lock
+    from imgbuild.lock.lockfile import read_lock
 
     lock = read_lock(next((ROOT / "lockfiles").glob("tiny-cpu.*.txt")))
     assert labels["io.imgbuild.lock.hash"] == lock.digest  # its pins and hashes
@@ -64,7 +64,7 @@ def test_a_no_op_build_reuses_the_smoke_report_of_the_same_image(built, registry
                                                                  tmp_path):
     """The same image ID passed before: its report is reused (this machine's cache first, the
     registry's next) and the output says so; --resmoke runs the test again."""
-    from builder.image import smoke
+    from imgbuild.image import smoke
 
     again = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json"))
     assert again["action"] == "local" and again["image_id"] == built["image_id"]
@@ -260,7 +260,7 @@ def test_failed_smoke_moves_no_tag_and_force_is_loud(base_image, images_copy, re
                                                      docker_client):
     """A real broken image: transformers 4.57 loads compressed-tensors checkpoints only with
     accelerate installed, which this variant lacks, so the smoke test's load fails."""
-    from builder.image.registry import Repository, fetch_report, manifest_digest
+    from imgbuild.image.registry import Repository, fetch_report, manifest_digest
 
     spec = (images_copy / "tiny-cpu.yaml").read_text().replace('version: "5.17.0"', 'version: "4.57.6"')
     (images_copy / "tiny-broken.yaml").write_text(spec)
@@ -291,7 +291,7 @@ def test_refresh_digests_pins_cuda_bases_from_a_mirror(base_image, images_copy, 
                                                        docker_client):
     """Docker Hub is out of reach here: the same Distribution API is exercised against the
     local registry holding an image under the nvidia/cuda path."""
-    from builder.image.registry import push
+    from imgbuild.image.registry import push
 
     host = registry_repo.split("/")[0]
     mirror = f"{host}/mirror-{registry_repo.rsplit('-', 1)[1]}"

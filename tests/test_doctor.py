@@ -1,4 +1,4 @@
-"""`imgbuild doctor` (builder/checks/doctor.py, images/checks/failures.yaml).
+"""`imgbuild doctor` (imgbuild/checks/doctor.py, images/checks/failures.yaml).
 
 The logs under tests/fixtures/logs/ were written for these tests in the shapes real SGLang and
 vLLM servers print (see that folder's README: the message texts are verbatim from the wheels,
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from builder.catalog.failures import SEVERITIES, load_failures, load_fingerprints
-from builder.checks import doctor
-from builder.cli.console import Output
-from builder.cli.views import checks as views
-from builder.errors import InputError, SpecError
+from imgbuild.catalog.failures import SEVERITIES, load_failures, load_fingerprints
+from imgbuild.checks import doctor
+from imgbuild.cli.console import Output
+from imgbuild.cli.views import checks as views
+from imgbuild.errors import InputError, SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -413,7 +413,7 @@ def test_yaml_syntax_error_names_the_file(tmp_path):
 ])
 def test_cli_reads_stdin(name, fid):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", "-", "--json"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", "-", "--json"], cwd=ROOT,
                        check=False,
                        input=(LOGS / name).read_bytes(), capture_output=True, env=env, timeout=120)
     assert r.returncode in (0, 1), r.stderr.decode()
@@ -421,7 +421,7 @@ def test_cli_reads_stdin(name, fid):
     assert [d["id"] for d in doc["diagnoses"]] == ([fid] if fid else [])
     if fid:
         assert doc["diagnoses"][0]["evidence"][0]["line"] == CASES[name][1]
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(LOGS / name)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", str(LOGS / name)], cwd=ROOT,
                        check=False, capture_output=True, env=env, timeout=120, text=True)
     out = r.stdout + r.stderr
     assert (fid in out) if fid else (doctor.NO_MATCH in out)
@@ -468,14 +468,14 @@ def test_a_value_not_on_the_error_line_is_taken_from_the_lines_around(tmp_path):
     # As a user reads it, for people and as JSON.
     f = tmp_path / "serve.log"
     f.write_text(SERVE_PY)
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", str(f)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "could not listen on port 30000" in r.stdout
     assert "`ss -ltnp | grep :30000`" in r.stdout
     assert "line 1 (port): [2026-03-02 10:00:00] Starting HTTP server on 0.0.0.0:30000" \
         in r.stdout
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f), "--json"],
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", str(f), "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     j, = json.loads(r.stdout)["diagnoses"]
     assert j["captures"] == {"host": "0.0.0.0", "port": "30000"}
@@ -507,7 +507,7 @@ def test_a_value_the_log_does_not_give_is_left_out_of_the_sentence(tmp_path):
     f = tmp_path / "serve.log"
     f.write_text(text)
     for args in ((), ("--json",)):
-        r = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", str(f), *args],
+        r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", str(f), *args],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 1, r.stderr
         assert "listen on the server wanted" not in r.stdout and "grep :" not in r.stdout

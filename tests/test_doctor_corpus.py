@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from builder.catalog.failures import load_failures
-from builder.checks import doctor
+from imgbuild.catalog.failures import load_failures
+from imgbuild.checks import doctor
 
 from .conftest import ROOT, SUMMARIES
 

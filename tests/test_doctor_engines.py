@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from builder.catalog.failures import load_failures
-from builder.checks import doctor
+from imgbuild.catalog.failures import load_failures
+from imgbuild.checks import doctor
 
 from .conftest import ROOT
 
@@ -195,7 +195,7 @@ def test_without_any_engine_each_engines_reading_is_possible():
 
 
 def test_engine_given_is_checked():
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     with pytest.raises(InputError) as e:
         doctor.engine_given("tgi", FAILURES)
@@ -288,7 +288,7 @@ def test_repeats_that_differ_in_their_figures_are_one_failure():
 # --- the report --------------------------------------------------------------------------------
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", "doctor", *args],
+    return subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", *args],
                           capture_output=True, text=True, input=stdin, cwd=ROOT, timeout=120)
 
 
@@ -323,7 +323,7 @@ def test_the_report_is_on_stdout_whole_in_a_pipe():
 
 
 def test_the_catalog_names_known_engines_only(tmp_path):
-    from builder.errors import SpecError
+    from imgbuild.errors import SpecError
 
     images = tmp_path / "images"
     (images / "checks").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The cross-package API drift check (builder/checks/drift.py, builder/lock/wheels.py).
+"""The cross-package API drift check (imgbuild/checks/drift.py, imgbuild/lock/wheels.py).
 
 Deterministic tests build real wheels and serve them from pypiserver on loopback: a provider
 `ctensors` whose enum gains a member in 0.2.0, an engine `eng` whose source refers to it, and
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from builder.catalog.families import load_families
-from builder.catalog.models import ModelProfile
-from builder.checks import drift
-from builder.errors import EnvError, JobFailed, SpecError
-from builder.lock import wheels
-from builder.lock.lockfile import LockRequest, read_lock, write_lock
-from builder.lock.uv import uv_bin, uv_env
+from imgbuild.catalog.families import load_families
+from imgbuild.catalog.models import ModelProfile
+from imgbuild.checks import drift
+from imgbuild.errors import EnvError, JobFailed, SpecError
+from imgbuild.lock import wheels
+from imgbuild.lock.lockfile import LockRequest, read_lock, write_lock
+from imgbuild.lock.uv import uv_bin, uv_env
 from tests.wheelfactory import LocalIndex, WheelSpec, make_wheel
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The drift check (builder/checks/drift.py) where mutation testing found it untested (issue 18).
+"""The drift check (imgbuild/checks/drift.py) where mutation testing found it untested (issue 18).
 
 Each test here kills mutants that survived tests/test_drift.py: the wheel a lock's header
 selects, what the caches alone answer, what `# via` and a pinner's metadata say, how enums and
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from builder.catalog.families import SymbolFamily, load_families
-from builder.checks import drift
-from builder.checks.drift import Definition, Finding, Reference
-from builder.errors import EnvError, JobFailed
-from builder.lock import wheels
-from builder.lock.lockfile import LockRequest, write_lock
+from imgbuild.catalog.families import SymbolFamily, load_families
+from imgbuild.checks import drift
+from imgbuild.checks.drift import Definition, Finding, Reference
+from imgbuild.errors import EnvError, JobFailed
+from imgbuild.lock import wheels
+from imgbuild.lock.lockfile import LockRequest, write_lock
 
 from . import test_drift
 from .test_drift import BASE_NEW, BASE_OLD, ENGINE, FAMILY_YAML, sha256

@@ -1,4 +1,4 @@
-"""builder/payload/engine_schemes.py: the in-image probe that asks the image's own engine which
+"""imgbuild/payload/engine_schemes.py: the in-image probe that asks the image's own engine which
 quantization scheme each checkpoint module gets per arch.
 
 Most of it runs without an image: reading a checkpoint's modules from safetensors headers or an
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.payload import engine_schemes as es
+from imgbuild.payload import engine_schemes as es
 
 from .conftest import ROOT, run_imgbuild
 
@@ -399,7 +399,7 @@ def unpatched_files(sglang_0516_image, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def smoke_checkpoints(tmp_path_factory) -> dict[str, Path]:
-    from builder import smokemodel
+    from imgbuild import smokemodel
 
     cache = tmp_path_factory.mktemp("engine-schemes-cache")
     out = {key: smokemodel.ensure(smokemodel.SmokeModelSpec(name=f"es-{key}", scheme=scheme),
@@ -455,7 +455,7 @@ def test_probe_in_the_image_patched_vs_unpatched(sglang_0516_image, unpatched_fi
                for a in ("sm100", "sm120") for p in ("gate_proj", "up_proj", "down_proj"))
 
 
-# --- the smoke stage "engine-schemes" (builder/payload/smoke.py) ------------------------------
+# --- the smoke stage "engine-schemes" (imgbuild/payload/smoke.py) ------------------------------
 
 class ExactEngine(FakeEngine):
     """The stand-in with SGLang 0.5.17's exact `ignore` matching."""
@@ -472,7 +472,7 @@ class ExactEngine(FakeEngine):
 
 
 def stage(model, facts, monkeypatch, engine):
-    from builder.payload import smoke
+    from imgbuild.payload import smoke
 
     monkeypatch.setitem(sys.modules, "engine_schemes", es)  # what smoke.py imports, in-image
     monkeypatch.setitem(es.ENGINES, "sglang", engine)
@@ -557,8 +557,8 @@ def test_the_unpatched_image_fails_the_stage_with_sglangs_own_error(sglang_0516_
 def test_check_model_says_where_the_wheels_and_the_engine_disagree(mixed_ckpt):
     from dataclasses import replace
 
-    from builder.checks.checkmodel import check_model
-    from builder.workspace import Workspace
+    from imgbuild.checks.checkmodel import check_model
+    from imgbuild.workspace import Workspace
 
     report = check_model(Workspace.open(ROOT / "images"), str(mixed_ckpt), "sglang-blackwell")
     assert report.disagreement is None and report.in_image is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from builder.image.smoke import SmokeReport
-from builder.pipeline.build import Gate, decide
+from imgbuild.image.smoke import SmokeReport
+from imgbuild.pipeline.build import Gate, decide
 
 PASSED = SmokeReport("imgbuild:t-1", True, (), 1.0, {"ok": True})
 FAILED = SmokeReport("imgbuild:t-1", False, ({"name": "checkpoint-cpu", "status": "fail"},),

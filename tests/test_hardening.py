@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from builder.catalog.failures import load_failures
-from builder.errors import EnvError, SpecError
-from builder.lock.lockfile import LockRequest
-from builder.lock.resolve import ensure_lock
-from builder.workspace import Workspace
+from imgbuild.catalog.failures import load_failures
+from imgbuild.errors import EnvError, SpecError
+from imgbuild.lock.lockfile import LockRequest
+from imgbuild.lock.resolve import ensure_lock
+from imgbuild.workspace import Workspace
 
 from .conftest import ROOT, run_imgbuild
 from .wheelfactory import LocalIndex, WheelSpec, free_port
@@ -306,7 +306,7 @@ def test_a_signal_during_lock_ends_uv_and_removes_the_scratch(images_copy, tmp_p
     before = {p.name: p.read_bytes() for p in locks.iterdir()}
     env = dict(os.environ, UV_DEFAULT_INDEX=hang.url, UV_INDEX_URL=hang.url, IMGBUILD_WHEELS="",
                TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never")
-    p = subprocess.Popen([sys.executable, "-m", "builder.cli", "lock", "sglang-blackwell",
+    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "lock", "sglang-blackwell",
                           "--refresh", "--images", str(images_copy), "--lockfiles", str(locks)],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
@@ -348,7 +348,7 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/imgbuild-test.sock"}
 def test_the_log_dir_is_made_as_mkdir_p(tmp_path):
     import argparse
 
-    from builder.cli.args import log_dir
+    from imgbuild.cli.args import log_dir
 
     want = tmp_path / "logs" / "today"
     assert log_dir(argparse.Namespace(log_dir=str(want))) == want and want.is_dir()
@@ -453,7 +453,7 @@ def test_doctor_reads_the_log_however_it_was_saved(tmp_path, encode):
     f.write_bytes(encode(src))
     r = run_imgbuild("doctor", str(f), "--json")
     assert r.returncode == 1 and diagnosis_ids(r) == diagnosis_ids(plain)
-    piped = subprocess.run([sys.executable, "-m", "builder.cli", "doctor", "-", "--json"],
+    piped = subprocess.run([sys.executable, "-m", "imgbuild.cli", "doctor", "-", "--json"],
                            cwd=ROOT, input=encode(src), capture_output=True)
     assert piped.returncode == 1
     assert [d["id"] for d in json.loads(piped.stdout)["diagnoses"]] == diagnosis_ids(plain)
@@ -472,7 +472,7 @@ def peak_rss_kb(args: list[str]) -> int:
     probe = ("import resource, subprocess, sys\n"
              "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
-    r = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "builder.cli", *args],
+    r = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "imgbuild.cli", *args],
                        cwd=ROOT, capture_output=True, text=True, check=True)
     return int(r.stdout.strip())
 
@@ -505,7 +505,7 @@ def test_list_in_a_pipe_keeps_every_target_name_whole():
 
 
 def test_a_narrow_terminal_wraps_the_other_columns_not_the_names():
-    from builder.cli.views import table
+    from imgbuild.cli.views import table
 
     c = Console(width=40, force_terminal=True, color_system=None, record=True)
     table(c, "targets", ["target", "engine", "archs"],
@@ -518,7 +518,7 @@ def test_a_narrow_terminal_wraps_the_other_columns_not_the_names():
 
 def test_the_writable_probe_leaves_nothing(tmpfs):
     # The probe that tells a writable directory removes its file.
-    from builder.fsutil import check_writable
+    from imgbuild.fsutil import check_writable
 
     d = tmpfs("64k")
     check_writable(d, "lockfiles to")
@@ -556,7 +556,7 @@ def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig
     built = run_imgbuild("tiny-cpu", "--no-smoke", "--json")
     assert built.returncode == 0, built.stderr[-2000:]
     ref = json.loads(built.stdout)["content_tag"]
-    p = subprocess.Popen([sys.executable, "-m", "builder.cli", "smoke", ref], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "smoke", ref], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -587,7 +587,7 @@ def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
 
     if WHEELS:
         env.setdefault("IMGBUILD_WHEELS", WHEELS)
-    p = subprocess.Popen([sys.executable, "-m", "builder.cli", *args], cwd=ROOT, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", *args], cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:
@@ -658,7 +658,7 @@ def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client, tmp_path,
                                                                    sig, code):
-    from builder.image.registry import Repository, manifest_digest
+    from imgbuild.image.registry import Repository, manifest_digest
 
     from .conftest import WHEELS
     from .registries import Registry
@@ -668,7 +668,7 @@ def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client
         repo = f"{reg.host}/imgbuild"
         env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1") | (
             {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
-        p = subprocess.Popen([sys.executable, "-m", "builder.cli", "tiny-cpu", "--push",
+        p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                               "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         uploads = reg.root / "data" / "docker" / "registry" / "v2" / "repositories" / \

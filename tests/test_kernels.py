@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.catalog.kernels import EngineKernels, KernelRule
-from builder.errors import InputError
-from builder.lock import fatbin, kernels
-from builder.plan import coverage
+from imgbuild.catalog.kernels import EngineKernels, KernelRule
+from imgbuild.errors import InputError
+from imgbuild.lock import fatbin, kernels
+from imgbuild.plan import coverage
 
 from .conftest import run_imgbuild
 

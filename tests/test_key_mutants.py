@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from builder.plan.decide import make_plan
-from builder.plan.key import finalize
+from imgbuild.plan.decide import make_plan
+from imgbuild.plan.key import finalize
 
 from .conftest import checkout_workspace
 

@@ -14,9 +14,9 @@ import pytest
 
 from .conftest import ROOT
 
-PKG = ROOT / "builder"
+PKG = ROOT / "imgbuild"
 
-# Which part of builder/ may import which. A part is a top-level module or package. Read as:
+# Which part of imgbuild/ may import which. A part is a top-level module or package. Read as:
 # the pipeline is catalog → lock → workspace → plan → checks → image → pipeline / ci → cli;
 # errors, fsutil, progress and the payload are shared by all; the payload imports nothing.
 ALLOWED: dict[str, set[str]] = {
@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
             "smokemodel", "plan", "checks", "image", "pipeline", "ci"},
 }
 # Third-party libraries a part may use at import time. The terminal belongs to the CLI, the
-# Docker Engine to image/; everything else reports through values and builder.progress.
+# Docker Engine to image/; everything else reports through values and imgbuild.progress.
 THIRD_PARTY_ONLY_IN = {
     "rich": {"cli"},
     "docker": {"image"},
@@ -113,7 +113,7 @@ def internal_graph() -> dict[str, set[str]]:
         for mod, _ in _imports(name, path, top_level_only=True):
             while mod and mod not in MODULES:
                 mod = mod.rpartition(".")[0]
-            if mod and mod != name and mod != "builder":
+            if mod and mod != name and mod != "imgbuild":
                 deps.add(mod)
         graph[name] = deps
     return graph
@@ -129,7 +129,7 @@ for lib in json.loads(sys.argv[1]):
         importlib.import_module(lib)
     except Exception:
         pass
-assert not [m for m in sys.modules if m == "builder" or m.startswith("builder.")]
+assert not [m for m in sys.modules if m == "imgbuild" or m.startswith("imgbuild.")]
 failed = []
 for name in json.loads(sys.argv[2]):
     r, w = os.pipe()
@@ -161,7 +161,7 @@ def test_every_module_imports_alone():
     names = [n for n in MODULES if not n.endswith("__main__")]
     libs = sorted({mod for name, path in MODULES.items()
                    for mod, _ in _imports(name, path, top_level_only=True)
-                   if mod.split(".")[0] not in STDLIB and mod.split(".")[0] != "builder"})
+                   if mod.split(".")[0] not in STDLIB and mod.split(".")[0] != "imgbuild"})
     r = subprocess.run([sys.executable, "-c", FORK_EACH, json.dumps(libs), json.dumps(names)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -220,12 +220,12 @@ def test_the_cycle_finder_finds_one():
 def test_each_part_imports_only_the_parts_below_it():
     bad = []
     for name, path in MODULES.items():
-        if name == "builder":
+        if name == "imgbuild":
             continue
         src = part(name)
-        assert src in ALLOWED, f"{name}: builder/{src} is not in the layering table"
+        assert src in ALLOWED, f"{name}: imgbuild/{src} is not in the layering table"
         for mod, line in _imports(name, path, top_level_only=False):
-            if mod.startswith("builder."):  # `from .. import x` also lists builder.x itself
+            if mod.startswith("imgbuild."):  # `from .. import x` also lists imgbuild.x itself
                 dst = part(mod)
                 if dst != src and dst not in ALLOWED[src]:
                     bad.append(f"{path.relative_to(ROOT)}:{line}: {src} imports {mod}")
@@ -246,7 +246,7 @@ def test_imports_live_at_the_top_of_modules():
     """Imports inside functions are kept for what is not a dependency of imgbuild (torch and
     the smoke-model tooling, the hub client, the uv package) and for the payload, which runs
     in images that may lack them; builder's own modules and its dependencies are imported at
-    the top. The CLI's dispatch (builder/cli/main.py) loads lazily, and so do the places in
+    the top. The CLI's dispatch (imgbuild/cli/main.py) loads lazily, and so do the places in
     DEFERRED, each with its reason."""
     deps = {"yaml", "packaging", "rich", "requests", "docker"}
     bad = []
@@ -259,12 +259,12 @@ def test_imports_live_at_the_top_of_modules():
             if mod in top:
                 continue
             root = mod.split(".")[0]
-            if name == "builder.cli.main" and mod == "builder.cli.console":
+            if name == "imgbuild.cli.main" and mod == "imgbuild.cli.console":
                 continue
             if (name, mod) in DEFERRED:
                 unused.discard((name, mod))
                 continue
-            if root == "builder" or root in deps or root in STDLIB:
+            if root == "imgbuild" or root in deps or root in STDLIB:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {mod}")
     assert not bad, "\n".join(bad)
     assert not unused, f"DEFERRED names imports that are no longer deferred: {sorted(unused)}"
@@ -275,17 +275,17 @@ def test_imports_live_at_the_top_of_modules():
 # loaded): a path needs no planner or smoke-model generator, only --image needs the Docker
 # client, and a cached wheel is read without requests.
 DEFERRED = {
-    ("builder.checks.checkmodel.report", "builder"): "the smoke-model generator, for an alias",
-    ("builder.checks.checkmodel.report", "builder.smokemodel"): "likewise",
-    ("builder.checks.checkmodel.report", "builder.plan.decide"): "the planner, for an alias",
-    ("builder.cli.commands.check_model", "builder.image"): "the Docker client, for --image",
-    ("builder.cli.commands.check_model", "builder.image.schemes"): "likewise",
-    ("builder.lock.wheels", "requests"): "only where a request is made",
+    ("imgbuild.checks.checkmodel.report", "imgbuild"): "the smoke-model generator, for an alias",
+    ("imgbuild.checks.checkmodel.report", "imgbuild.smokemodel"): "likewise",
+    ("imgbuild.checks.checkmodel.report", "imgbuild.plan.decide"): "the planner, for an alias",
+    ("imgbuild.cli.commands.check_model", "imgbuild.image"): "the Docker client, for --image",
+    ("imgbuild.cli.commands.check_model", "imgbuild.image.schemes"): "likewise",
+    ("imgbuild.lock.wheels", "requests"): "only where a request is made",
 }
 
 
-@pytest.mark.parametrize("module", ["builder.plan.key", "builder.plan.decide",
-                                    "builder.pipeline.plan", "builder.cli.commands.plan"])
+@pytest.mark.parametrize("module", ["imgbuild.plan.key", "imgbuild.plan.decide",
+                                    "imgbuild.pipeline.plan", "imgbuild.cli.commands.plan"])
 def test_planning_loads_no_terminal_or_docker(module):
     """Hashing a Plan needs neither rich nor the Docker SDK (it once imported rich)."""
     code = (f"import sys, {module}; bad = [m for m in ('docker',) + "

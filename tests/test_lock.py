@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from builder.errors import LockError, ResolveError
-from builder.lock.lockfile import LockRequest, read_lock, write_lock
-from builder.lock.resolve import ensure_lock
+from imgbuild.errors import LockError, ResolveError
+from imgbuild.lock.lockfile import LockRequest, read_lock, write_lock
+from imgbuild.lock.resolve import ensure_lock
 
 from .conftest import ROOT, run_imgbuild
 

@@ -57,7 +57,7 @@ def test_it():
 IMGBUILD = """
 def test_it():
     import subprocess, sys
-    subprocess.run([sys.executable, "-m", "builder.cli", "size", "no-such-image:latest"],
+    subprocess.run([sys.executable, "-m", "imgbuild.cli", "size", "no-such-image:latest"],
                    capture_output=True)
 """
 REGISTRY = """

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.ci import matrix
-from builder.errors import InputError
-from builder.lock.lockfile import read_lock, write_lock
-from builder.plan import render
-from builder.plan.decide import make_plan
-from builder.workspace import Workspace
+from imgbuild.ci import matrix
+from imgbuild.errors import InputError
+from imgbuild.lock.lockfile import read_lock, write_lock
+from imgbuild.plan import render
+from imgbuild.plan.decide import make_plan
+from imgbuild.workspace import Workspace
 
 from .conftest import ROOT, checkout_workspace
 
@@ -285,9 +285,9 @@ def test_workflow_passes_actionlint(tmp_path):
 
 @pytest.mark.docker
 def test_tiny_cpu_bake_target_builds_from_the_context_imgbuild_assembles(docker_client, tmp_path):
-    from builder.image import base
-    from builder.image.context import Secrets
-    from builder.image.daemon import cli
+    from imgbuild.image import base
+    from imgbuild.image.context import Secrets
+    from imgbuild.image.daemon import cli
 
     ws = checkout_workspace(wheels=True)
     cat = ws.catalog

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from builder.errors import ResolveError
-from builder.lock.lockfile import LockRequest
-from builder.lock.resolve import resolve_explained
+from imgbuild.errors import ResolveError
+from imgbuild.lock.lockfile import LockRequest
+from imgbuild.lock.resolve import resolve_explained
 
 from .conftest import ROOT, run_imgbuild
 from .test_drift import BASE_NEW, BASE_OLD, ENGINE, FAMILY_YAML

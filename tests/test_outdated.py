@@ -9,10 +9,10 @@ import uuid
 import pytest
 import requests
 
-from builder.ci import outdated as od
-from builder.lock.lockfile import read_lock
-from builder.lock.resolve import ensure_lock
-from builder.workspace import Workspace
+from imgbuild.ci import outdated as od
+from imgbuild.lock.lockfile import read_lock
+from imgbuild.lock.resolve import ensure_lock
+from imgbuild.workspace import Workspace
 
 from .conftest import REGISTRY_HOST, ROOT, registry_available
 from .wheelfactory import LocalIndex, WheelSpec
@@ -183,7 +183,7 @@ def _push_tag(repo_path: str, tag: str) -> None:
     """A tag in the local registry without Docker: an OCI manifest over an empty config."""
     import json
 
-    from builder.image.registry import Repository, _put_blob
+    from imgbuild.image.registry import Repository, _put_blob
 
     repo = Repository.parse(f"{REGISTRY_HOST}/{repo_path}")
     empty = _put_blob(repo, b"{}")

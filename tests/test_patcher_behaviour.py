@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.payload import patcher
+from imgbuild.payload import patcher
 
 from .test_patches import INIT, ORIGINAL, PATCHED, _hash, doc, make_site, tree, unified, write_docs
 
@@ -767,8 +767,8 @@ def test_main_uses_this_interpreters_site_packages_by_default(tmp_path, capsys):
 def test_patch_layer_files_skip_unlocked_packages_and_name_an_unknown_id():
     import dataclasses
 
-    from builder.errors import SpecError
-    from builder.plan import patchset
+    from imgbuild.errors import SpecError
+    from imgbuild.plan import patchset
 
     from .test_patches import IGNORE, MIXED, WS
 
@@ -793,7 +793,7 @@ def test_patch_layer_files_skip_unlocked_packages_and_name_an_unknown_id():
 def test_the_patch_layer_digest_is_stable_and_frames_each_file():
     import hashlib
 
-    from builder.plan import patchset
+    from imgbuild.plan import patchset
 
     # The framing is part of every content key with patches: changing it rebuilds every
     # image, so it is pinned here (name NUL text NUL, in name order).
@@ -811,7 +811,7 @@ def test_the_patch_layer_digest_is_stable_and_frames_each_file():
 
 
 def test_the_patch_layer_is_written_where_the_dockerfile_copies_it(tmp_path):
-    from builder.plan import patchset
+    from imgbuild.plan import patchset
 
     patchset.write_context({"patches/x.json": "{}\n", "patcher.py": "é\n"}, tmp_path / "ps")
     assert (tmp_path / "ps" / "patches" / "x.json").read_text() == "{}\n"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.payload import patcher
-from builder.payload.patcher import Decision, FileResult
+from imgbuild.payload import patcher
+from imgbuild.payload.patcher import Decision, FileResult
 
 from .test_patches import INIT, ORIGINAL, PATCHED, _hash, doc, make_site, unified, write_docs
 
@@ -559,7 +559,7 @@ def test_bytecode_levels_do_not_follow_the_interpreter_running_the_patcher(tmp_p
         pycs[opt] = p
     src.write_text("DEBUG = __debug__\nX = 7654321\n")
     root = Path(patcher.__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-c", "import sys; from builder.payload import patcher; "
+    r = subprocess.run([sys.executable, "-c", "import sys; from imgbuild.payload import patcher; "
                         "patcher._recompile(__import__('pathlib').Path(sys.argv[1]))", str(src)],
                        env=dict(os.environ, PYTHONOPTIMIZE="1", PYTHONPATH=str(root)),
                        capture_output=True, text=True, timeout=60)

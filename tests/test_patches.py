@@ -27,14 +27,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from rich.console import Console
 
-from builder.catalog import patches as patchdata
-from builder.catalog.catalog import load_catalog
-from builder.checks import patches
-from builder.errors import InputError, SpecError
-from builder.lock import wheels
-from builder.payload import patcher
-from builder.plan import patchset
-from builder.workspace import Workspace
+from imgbuild.catalog import patches as patchdata
+from imgbuild.catalog.catalog import load_catalog
+from imgbuild.checks import patches
+from imgbuild.errors import InputError, SpecError
+from imgbuild.lock import wheels
+from imgbuild.payload import patcher
+from imgbuild.plan import patchset
+from imgbuild.workspace import Workspace
 
 from .conftest import ROOT, checkout_workspace
 
@@ -407,8 +407,8 @@ def test_context_files_carry_the_patcher_and_each_patch_as_json():
 
 
 def test_listing_needs_no_network_and_render_and_json(tmp_path):
-    from builder.cli.console import Output
-    from builder.cli.views import checks as views
+    from imgbuild.cli.console import Output
+    from imgbuild.cli.views import checks as views
 
     report = patches.listing(WS, "sglang-0516-blackwell")
     rows = report.results

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from builder.plan import render
-from builder.plan.decide import make_plan
-from builder.plan.key import finalize
+from imgbuild.plan import render
+from imgbuild.plan.decide import make_plan
+from imgbuild.plan.key import finalize
 
 from .conftest import checkout_workspace
 
@@ -142,8 +142,8 @@ def test_dead_weight_goes_in_the_step_that_installs_it(cat):
     ({"name": "x", "dirs": "tests", "flavors": ["slim"]}, "why nothing in the image reads"),
 ])
 def test_prune_rules_are_checked(rule, said):
-    from builder.catalog.prune import parse_prune
-    from builder.errors import SpecError
+    from imgbuild.catalog.prune import parse_prune
+    from imgbuild.errors import SpecError
 
     with pytest.raises(SpecError) as e:
         parse_prune({"rules": [rule]}, "images/prune.yaml")
@@ -151,8 +151,8 @@ def test_prune_rules_are_checked(rule, said):
 
 
 def test_a_split_heavy_layer_installs_the_same_packages_in_two_steps(images_copy, tmp_path):
-    from builder.image.context import prepare_context
-    from builder.workspace import Workspace
+    from imgbuild.image.context import prepare_context
+    from imgbuild.workspace import Workspace
 
     y = images_copy / "sglang-blackwell-slim.yaml"
     y.write_text(y.read_text() + "\nsplit_heavy_layer: true\n")

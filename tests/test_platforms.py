@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from builder.errors import EnvError
-from builder.payload import preflight as pf
-from builder.payload.preflight import PASS
-from builder.plan.decide import make_plan
-from builder.plan.labels import facts_from_plan
+from imgbuild.errors import EnvError
+from imgbuild.payload import preflight as pf
+from imgbuild.payload.preflight import PASS
+from imgbuild.plan.decide import make_plan
+from imgbuild.plan.labels import facts_from_plan
 
 from .conftest import ROOT, run_imgbuild
 
@@ -128,8 +128,8 @@ def test_the_cpu_check_refuses_another_cpus_image(ws):
 def test_another_cpus_uv_comes_from_its_wheel_and_emulation_is_checked():
     """Builds run uv inside the image: for an arm64 image, the same uv release's aarch64
     binary from its wheel on PyPI. Without QEMU registered, the error says how to get it."""
-    from builder.image.base import check_emulation, host_cpu
-    from builder.lock.uv import uv_bin, uv_bin_for, uv_version
+    from imgbuild.image.base import check_emulation, host_cpu
+    from imgbuild.lock.uv import uv_bin, uv_bin_for, uv_version
 
     assert uv_bin_for(host_cpu(), host_cpu()) == uv_bin()
     other = "aarch64" if host_cpu() == "x86_64" else "x86_64"
@@ -144,7 +144,7 @@ def test_another_cpus_uv_comes_from_its_wheel_and_emulation_is_checked():
 
 
 def test_the_ci_matrix_sends_arm64_targets_to_arm_runners(ws):
-    from builder.ci.matrix import jobs
+    from imgbuild.ci.matrix import jobs
 
     by = {j.name: j for j in jobs(ws)}
     for name in ARM64:
@@ -163,7 +163,7 @@ def test_the_ci_matrix_sends_arm64_targets_to_arm_runners(ws):
 def test_the_arm64_base_is_made_here_under_qemu_reproducibly(docker_client, ws):
     """debootstrap for arm64 under QEMU user emulation (about 105 s here), loaded as a
     linux/arm64 image: the filesystem digest the recipe records, and it runs (emulated)."""
-    from builder.image import base
+    from imgbuild.image import base
 
     b = ws.catalog.base("debian-bookworm", "aarch64")
     res = base.bootstrap(docker_client, b, rebuild=True)
@@ -183,7 +183,7 @@ MULTI = "tiny-cpu-multi"
 
 
 def _target(doc: dict):
-    from builder.catalog.targets import parse_target
+    from imgbuild.catalog.targets import parse_target
 
     base = {"engine": {"name": "transformers", "version": "5.17.0"}, "archs": ["cpu"],
             "os": "debian-bookworm"}
@@ -201,7 +201,7 @@ def _target(doc: dict):
      "indexes[0].platforms[0]", "one of the target's platforms"),
 ])
 def test_platforms_in_a_spec_are_checked(doc, where, said):
-    from builder.errors import SpecError
+    from imgbuild.errors import SpecError
 
     with pytest.raises(SpecError) as e:
         _target(doc)
@@ -218,7 +218,7 @@ def test_a_target_on_one_platform_keeps_only_the_indexes_that_platform_asks():
     assert (arm.platforms, arm.cpu_arch) == (("linux/arm64",), "aarch64")
     assert [ix.name for ix in arm.indexes] == ["all"]
     assert [ix.name for ix in t.on("linux/amd64").indexes] == ["cpu", "all"]
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     with pytest.raises(InputError) as e:
         _target({}).on("linux/arm64")
@@ -248,7 +248,7 @@ def test_a_multi_platform_target_is_locked_once_per_platform(ws):
 
 
 def test_the_index_plan_covers_each_platform_and_holds_the_moving_tags(ws):
-    from builder.plan.index import index_key, make_index_plan
+    from imgbuild.plan.index import index_key, make_index_plan
 
     ix = make_index_plan(ws, MULTI, resolve=False)
     amd, arm = ix.plans
@@ -311,7 +311,7 @@ def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_si
     and the smoke test run as aarch64 code), each smoke-tested and pushed with its report, SBOM
     and provenance; the index only once both passed; pulled as this host and as an arm64 host.
     """
-    from builder.image import attest, registry
+    from imgbuild.image import attest, registry
 
     repo = registry.Repository.parse(registry_repo)
     # One platform alone: its content tag is pushed, the index is not assembled, no moving tag.

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from builder.errors import InputError
-from builder.image import preflight as host_side
-from builder.payload import preflight as pf
-from builder.payload.preflight import FAIL, PASS, SKIP, WARN, ImageFacts, ModelFacts
-from builder.plan.labels import facts_from_labels, facts_from_plan
+from imgbuild.errors import InputError
+from imgbuild.image import preflight as host_side
+from imgbuild.payload import preflight as pf
+from imgbuild.payload.preflight import FAIL, PASS, SKIP, WARN, ImageFacts, ModelFacts
+from imgbuild.plan.labels import facts_from_labels, facts_from_plan
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 PAYLOAD = Path(pf.__file__)
@@ -326,9 +326,9 @@ def test_host_side_target_and_rich_table():
     assert not r.ok
     assert r.host.disk_path is not None
     buf = io.StringIO()
-    from builder.cli.console import Output
-    from builder.cli.views import image as views
-    from builder.pipeline.preflight import Preflight
+    from imgbuild.cli.console import Output
+    from imgbuild.cli.views import image as views
+    from imgbuild.pipeline.preflight import Preflight
 
     views.preflight(Output(False, Console(file=buf, width=200, highlight=False),
                            Console(file=io.StringIO())), Preflight("target t", r))
@@ -477,7 +477,7 @@ def test_entrypoint_starts_the_server_when_preflight_itself_cannot_run(entrypoin
 
 
 def test_facts_from_plan_reads_the_labels_the_plan_writes():
-    # The Plan carries its labels (builder.plan.key.finalize); a stand-in with the same shape.
+    # The Plan carries its labels (imgbuild.plan.key.finalize); a stand-in with the same shape.
     plan = type("Plan", (), {"labels": (
         ("io.imgbuild.archs", "sm100,sm120"), ("io.imgbuild.cuda", "13.0"),
         ("io.imgbuild.driver-min", "580.65.06"), ("io.imgbuild.model", "k2.6"),

@@ -12,10 +12,10 @@ import uuid
 import pytest
 from rich.console import Console
 
-from builder.cli.console import JsonProgress, PlainProgress, RichProgress
-from builder.image import registry
-from builder.image.registry import MANIFEST_TYPES, Repository
-from builder.progress import Transfer
+from imgbuild.cli.console import JsonProgress, PlainProgress, RichProgress
+from imgbuild.image import registry
+from imgbuild.image.registry import MANIFEST_TYPES, Repository
+from imgbuild.progress import Transfer
 
 from .conftest import run_imgbuild
 from .registries import Registry
@@ -250,7 +250,7 @@ def test_a_reference_is_shown_as_written_and_fitted(ref):
 
 
 def test_a_transfer_line_gives_way_in_order():
-    from builder.cli.console import fit_transfer
+    from imgbuild.cli.console import fit_transfer
 
     counts = ("3/10 layers", "1 there already")
     whole = f"pull {HEADLINE} (3/10 layers, 1 there already)"

@@ -22,11 +22,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.checks import checkmodel as cm
-from builder.checks import doctor
-from builder.errors import ImgbuildError
-from builder.lock.lockfile import read_lock
-from builder.workspace import Workspace
+from imgbuild.checks import checkmodel as cm
+from imgbuild.checks import doctor
+from imgbuild.errors import ImgbuildError
+from imgbuild.lock.lockfile import read_lock
+from imgbuild.workspace import Workspace
 
 from .conftest import ROOT, run_imgbuild
 

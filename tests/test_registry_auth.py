@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.image.registry import Repository
+from imgbuild.image.registry import Repository
 
 from .conftest import ROOT, WHEELS
 from .registries import (
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("private-registries")]
 def imgbuild(*args: str, config: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
     env = dict(os.environ, DOCKER_CONFIG=str(config), UV_PYTHON_DOWNLOADS="never",
                HF_HUB_OFFLINE="1") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "imgbuild.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -96,12 +96,12 @@ def test_basic_auth_push_pull_and_a_wrong_password(basic, tmp_path):
                       f"echo '{answer}'\n")
     helper.chmod(0o755)
     path = f"{bin_dir}:{os.environ['PATH']}"
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "pull", "tiny-cpu", "--registry",
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "pull", "tiny-cpu", "--registry",
                         repo, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, DOCKER_CONFIG=str(helped), PATH=path))
     assert r.returncode == 0, said(r)[-2000:]
     helper.write_text(helper.read_text().replace(users["alice"], "not-" + users["alice"]))
-    r = subprocess.run([sys.executable, "-m", "builder.cli", "pull", "tiny-cpu", "--registry",
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "pull", "tiny-cpu", "--registry",
                         repo], cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, DOCKER_CONFIG=str(helped), PATH=path))
     assert r.returncode == 3, said(r)
@@ -207,7 +207,7 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
     conf.mkdir()
     env = dict(os.environ, DOCKER_CONFIG=str(conf), UV_PYTHON_DOWNLOADS="never",
                HF_HUB_OFFLINE="1") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
-    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "tiny-cpu", "--push",
+    proc = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                              "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     uploads = reg.root / "data" / "docker" / "registry" / "v2" / "repositories" / "imgbuild" / \
@@ -224,12 +224,12 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
     assert proc.returncode == 3, " ".join((out + err).split())[-2000:]
     reg = Registry(reg.root, port=reg.port).start()  # the same storage, back
     try:
-        from builder.image.registry import Repository, manifest_digest
+        from imgbuild.image.registry import Repository, manifest_digest
 
         r = Repository.parse(repo)
         assert manifest_digest(r, "tiny-cpu") is None
         assert manifest_digest(r, "tiny-cpu-transformers5.17.0") is None
-        done = subprocess.run([sys.executable, "-m", "builder.cli", "tiny-cpu", "--push",
+        done = subprocess.run([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                                "--registry", repo, "--json"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]

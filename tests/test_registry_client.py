@@ -1,6 +1,6 @@
 """The registry client over HTTP only, against the real Distribution registry (docker-registry)
-and no Docker Engine: fast enough to run once per mutant of builder/image/distribution.py and
-builder/image/registry.py. Registries start once per module: a plain one, one with htpasswd
+and no Docker Engine: fast enough to run once per mutant of imgbuild/image/distribution.py and
+imgbuild/image/registry.py. Registries start once per module: a plain one, one with htpasswd
 (Basic), one with token auth (Bearer; a pull-only and a push account), one whose token
 service misbehaves on demand, and one with TLS from a CA of the tests' own."""
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from builder.errors import EnvError, InputError, JobFailed
-from builder.image import distribution, registry
-from builder.image.distribution import Client, Credential, ca_for, credential_for, insecure_hosts
-from builder.image.registry import Repository
+from imgbuild.errors import EnvError, InputError, JobFailed
+from imgbuild.image import distribution, registry
+from imgbuild.image.distribution import Client, Credential, ca_for, credential_for, insecure_hosts
+from imgbuild.image.registry import Repository
 
 from .registries import (
     Registry,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from builder.errors import ResolveError
-from builder.lock.lockfile import LockRequest
-from builder.lock.resolve import check_overrides, ensure_lock, resolve_explained
+from imgbuild.errors import ResolveError
+from imgbuild.lock.lockfile import LockRequest
+from imgbuild.lock.resolve import check_overrides, ensure_lock, resolve_explained
 
 from .wheelfactory import LocalIndex, WheelSpec
 
@@ -83,7 +83,7 @@ def test_override_reconciles_and_removable_override_is_reported(use_index, tmp_p
 
 def test_no_silent_backtracking_by_platform_tag(use_index):
     # The danger, shown with uv itself: a range quietly falls back to 1.0 on an old glibc.
-    from builder.lock.resolve import resolve
+    from imgbuild.lock.resolve import resolve
 
     body = resolve(req("servo>=1", platform="x86_64-manylinux_2_28"))
     assert "servo==1.0" in body

@@ -116,7 +116,7 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         loc = ["--images", str(images)]
 
         def imgbuild(*args: str) -> subprocess.CompletedProcess:
-            r = subprocess.run([sys.executable, "-m", "builder.cli", *args, *loc], cwd=ROOT,
+            r = subprocess.run([sys.executable, "-m", "imgbuild.cli", *args, *loc], cwd=ROOT,
                                env=env, capture_output=True, text=True, timeout=1800)
             assert secret not in r.stdout + r.stderr, args
             return r
@@ -165,7 +165,7 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
 
 
 def test_credentials_are_no_input_of_a_lock():
-    from builder.lock.lockfile import LockRequest
+    from imgbuild.lock.lockfile import LockRequest
 
     a = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("x",), (),
                     ("https://u:one@idx.example/simple/",))

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from builder.catalog.archs import parse_arch
-from builder.errors import InputError
-from builder.lock.lockfile import LockedPackage
-from builder.plan.coverage import status_for
-from builder.plan.decide import make_plan
-from builder.plan.select import select, torch_cuda
+from imgbuild.catalog.archs import parse_arch
+from imgbuild.errors import InputError
+from imgbuild.lock.lockfile import LockedPackage
+from imgbuild.plan.coverage import status_for
+from imgbuild.plan.decide import make_plan
+from imgbuild.plan.select import select, torch_cuda
 
 from .conftest import checkout_workspace, run_imgbuild
 
@@ -42,7 +42,7 @@ def test_unknown_arch_suggests(cat):
 
 
 def test_binary_compatibility_within_a_major_only():
-    # The one rule (builder/lock/fatbin.py: Code.runs_on), as plan's coverage applies it.
+    # The one rule (imgbuild/lock/fatbin.py: Code.runs_on), as plan's coverage applies it.
     assert status_for(("sm_120",), "sm121") == status_for(("sm_100",), "sm103") == "sass"
     assert status_for(("sm_121",), "sm120") == status_for(("sm_90",), "sm100") == "none"
     assert status_for(("sm_100",), "sm120") == "none"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from builder.image import smoke
+from imgbuild.image import smoke
 
 PASSING = ({"name": "environment", "status": "pass"},
            {"name": "checkpoint-cpu", "status": "pass"},

@@ -1,5 +1,5 @@
-"""The NVFP4 smoke checkpoint (builder.smokemodel) and the in-image payload
-(builder/payload/smoke.py).
+"""The NVFP4 smoke checkpoint (imgbuild.smokemodel) and the in-image payload
+(imgbuild/payload/smoke.py).
 
 Real libraries throughout: llmcompressor quantizes, transformers + compressed-tensors load, and
 the payload runs as a subprocess the way the image runs it. The checkpoint is generated once per
@@ -23,8 +23,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported by anything
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from builder import smokemodel
-from builder.payload import smoke as payload
+from imgbuild import smokemodel
+from imgbuild.payload import smoke as payload
 
 PAYLOAD = Path(payload.__file__)
 SPEC = smokemodel.SmokeModelSpec()

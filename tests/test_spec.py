@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from builder.catalog.catalog import load_catalog
-from builder.errors import InputError, SpecError
+from imgbuild.catalog.catalog import load_catalog
+from imgbuild.errors import InputError, SpecError
 
 from .conftest import ROOT, run_imgbuild
 
@@ -112,7 +112,7 @@ def test_the_fast_yaml_loader_reads_every_shipped_file_as_pyyaml_does(tmp_path):
     file, and for a broken one the pure-Python parser's message, which names what is wrong."""
     import yaml
 
-    from builder.catalog.schema import read_yaml
+    from imgbuild.catalog.schema import read_yaml
 
     files = sorted((ROOT / "images").rglob("*.yaml"))
     assert len(files) > 15

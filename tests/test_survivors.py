@@ -12,12 +12,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.checks import checkmodel as cm
-from builder.checks import drift
-from builder.errors import JobFailed
-from builder.plan import render
-from builder.plan.decide import make_plan
-from builder.workspace import Workspace
+from imgbuild.checks import checkmodel as cm
+from imgbuild.checks import drift
+from imgbuild.errors import JobFailed
+from imgbuild.plan import render
+from imgbuild.plan.decide import make_plan
+from imgbuild.workspace import Workspace
 
 from .conftest import REGISTRY_HOST, ROOT, registry_available, run_imgbuild
 from .test_drift import ENGINE, FAMILY_YAML, env, index, lock_of  # noqa: F401 (fixtures)
@@ -38,7 +38,7 @@ def test_no_smoke_moves_no_tag(docker_client):
     out = json.loads(r.stdout)
     assert out["moved"] == [] and "--no-smoke" in out["held"]
     assert [p.split("@")[0] for p in out["pushed"]] == [out["content_tag"]]
-    from builder.image.registry import Repository, manifest_digest
+    from imgbuild.image.registry import Repository, manifest_digest
 
     repo = Repository.parse(repo_name)
     assert manifest_digest(repo, out["content_tag"].rsplit(":", 1)[1]) is not None
@@ -101,7 +101,7 @@ def test_drift_scans_every_locked_consumer(index, env, tmp_path):  # noqa: F811
     d.mkdir(parents=True)
     (d / "drift.yaml").write_text(FAMILY_YAML.replace("consumers: [eng, absent-engine]",
                                                       "consumers: [eng, eng2]"))
-    from builder.catalog.families import load_families
+    from imgbuild.catalog.families import load_families
 
     families = load_families(tmp_path / "images")
     lock = lock_of(tmp_path, {
@@ -121,7 +121,7 @@ def test_the_fix_proof_refuses_a_rewrite_that_ignores_other_modules(monkeypatch)
                                       "ignore": ["model.layers.0.mlp"], "config_groups": {}}}
     good = cm.fix(config, names, "substring", quantized=names)
     assert good.proof.equal and good.added == (r"re:^model\.layers\.0\.mlp$",)
-    fixmod = importlib.import_module("builder.checks.checkmodel.fix")  # the module, not fix()
+    fixmod = importlib.import_module("imgbuild.checks.checkmodel.fix")  # the module, not fix()
 
     # A rewrite one character too loose: `.` unescaped, anchored at the start only.
     monkeypatch.setattr(fixmod, "collapse", lambda entries: [r"^model.layers.0.mlp"])

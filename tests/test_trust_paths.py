@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import JobFailed
-from builder.image import attest
-from builder.image.context import Secrets, prepare_build
-from builder.lock import wheels
-from builder.lock.lockfile import LockedPackage, pins_digest
-from builder.pipeline.index import Stored, refusals
-from builder.plan.decide import make_plan
+from imgbuild.errors import JobFailed
+from imgbuild.image import attest
+from imgbuild.image.context import Secrets, prepare_build
+from imgbuild.lock import wheels
+from imgbuild.lock.lockfile import LockedPackage, pins_digest
+from imgbuild.pipeline.index import Stored, refusals
+from imgbuild.plan.decide import make_plan
 
 from .conftest import checkout_workspace
 from .wheelfactory import LocalIndex, WheelSpec, make_wheel
@@ -89,8 +89,8 @@ def test_a_missing_platform_does_not_hide_the_next_ones_problem():
 
 
 def test_an_assembled_index_says_what_it_lists_and_pushed():
-    from builder.pipeline.index import Assembled
-    from builder.plan.index import make_index_plan
+    from imgbuild.pipeline.index import Assembled
+    from imgbuild.plan.index import make_index_plan
 
     ix = make_index_plan(WS, "tiny-cpu-multi", repository="reg.example/r", resolve=False)
     digest = "sha256:" + "ef" * 32
@@ -105,8 +105,8 @@ def test_an_assembled_index_says_what_it_lists_and_pushed():
 # --- which platform's image a pull takes -----------------------------------------------------
 
 def test_a_pull_takes_the_platform_asked_for_else_the_hosts_else_the_only_one():
-    from builder.errors import InputError
-    from builder.pipeline.pull import choose_platform
+    from imgbuild.errors import InputError
+    from imgbuild.pipeline.pull import choose_platform
 
     both = ("linux/amd64", "linux/arm64")
     assert choose_platform(both, "linux/arm64", "linux/amd64", "t") == (
@@ -359,7 +359,7 @@ def test_without_index_credentials_the_hosts_secrets_are_passed_as_they_are(tiny
 
 
 def test_a_build_that_could_not_reach_an_extra_index_is_told_to_use_a_wheel_directory():
-    from builder.pipeline.obtain import unreachable_hint
+    from imgbuild.pipeline.obtain import unreachable_hint
 
     torch, other = "https://download.pytorch.org/whl/cpu", "https://idx.example/simple"
     tail = ["#9 1.2 error: Failed to fetch: https://download.pytorch.org/whl/cpu/torch/"]
@@ -500,7 +500,7 @@ def test_the_base_os_packages_are_the_installed_ones_by_name():
 
 def test_the_hosts_secrets_come_from_the_environment_then_the_usual_places(tmp_path,
                                                                           monkeypatch):
-    from builder.image import context
+    from imgbuild.image import context
 
     ca, other_ca, netrc = (tmp_path / n for n in ("ca.crt", "ssl.crt", "netrc"))
     for p in (ca, other_ca, netrc):
@@ -550,7 +550,7 @@ def test_the_index_netrc_names_each_credentialed_host_before_the_hosts_own(tmp_p
 
 
 def test_the_context_carries_only_the_wheels_the_lock_pins(tiny, tmp_path):
-    from builder.image.context import index_flags, local_wheels
+    from imgbuild.image.context import index_flags, local_wheels
 
     plan, lock = tiny
     torch = lock.package("torch")
@@ -576,7 +576,7 @@ def test_the_context_carries_only_the_wheels_the_lock_pins(tiny, tmp_path):
 
 
 def test_the_context_holds_the_rendered_build_and_the_smoke_checkpoint(tiny, tmp_path):
-    from builder.plan import render
+    from imgbuild.plan import render
 
     plan, lock = tiny
     model = tmp_path / "model"
@@ -605,7 +605,7 @@ def test_the_context_holds_the_rendered_build_and_the_smoke_checkpoint(tiny, tmp
 
 
 def test_a_patched_targets_context_carries_its_patch_layer(tmp_path):
-    from builder.plan import patchset
+    from imgbuild.plan import patchset
 
     plan = make_plan(WS, "sglang-0516-blackwell", resolve=False)
     lock = WS.target("sglang-0516-blackwell", plan.platform).lock()
@@ -619,7 +619,7 @@ def test_a_patched_targets_context_carries_its_patch_layer(tmp_path):
 
 
 def test_a_file_on_another_filesystem_is_copied_into_the_context(tmp_path):
-    from builder.image.context import _link_or_copy
+    from imgbuild.image.context import _link_or_copy
 
     shm = Path("/dev/shm")
     if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
@@ -635,7 +635,7 @@ def test_a_file_on_another_filesystem_is_copied_into_the_context(tmp_path):
 
 
 def test_a_context_that_cannot_be_written_is_said_with_the_path(tiny, tmp_path):
-    from builder.errors import EnvError
+    from imgbuild.errors import EnvError
 
     plan, lock = tiny
     (tmp_path / "context").mkdir()  # in the way: prepare_context makes it
@@ -648,7 +648,7 @@ def test_a_context_that_cannot_be_written_is_said_with_the_path(tiny, tmp_path):
 
 
 def test_a_pulls_outcome_says_what_was_pulled_and_verified(tiny):
-    from builder.pipeline.pull import PullOutcome
+    from imgbuild.pipeline.pull import PullOutcome
 
     plan, _ = tiny
     v = attest.Verification(plan.ref(), DIGEST, (("sbom", True, "d"),))

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from builder.image import attest, registry
+from imgbuild.image import attest, registry
 
 from .conftest import REGISTRY_HOST, ROOT, WHEELS, registry_available
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.docker
 def imgbuild(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1") | (
         {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "imgbuild.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)
 
 

@@ -19,9 +19,9 @@ import pytest
 from packaging.tags import Tag
 from packaging.version import Version
 
-from builder.errors import EnvError, JobFailed
-from builder.lock import wheels
-from builder.lock.lockfile import LockedPackage
+from imgbuild.errors import EnvError, JobFailed
+from imgbuild.lock import wheels
+from imgbuild.lock.lockfile import LockedPackage
 
 from .wheelfactory import WheelSpec, make_wheel
 
@@ -244,7 +244,7 @@ def test_an_index_page_is_read_whole(idx, kind):
 
 def test_an_html_link_without_a_label_is_named_by_its_url(idx):
     p = idx.add(WheelSpec("lab", "1.0"))
-    from builder.lock.wheels import _parse_html
+    from imgbuild.lock.wheels import _parse_html
     [f] = _parse_html(f'<a href="/files/{p.name}#md5=00"> </a>', idx.html + "lab/", idx.html)
     assert (f.filename, f.url, f.sha256) == (p.name, f"{idx.base}/files/{p.name}", None)
     # a page without <base> resolves links against the page itself
@@ -481,7 +481,7 @@ def test_a_cached_wheel_counts_only_if_it_is_the_file_the_index_describes(idx, t
 
 
 def test_a_big_wheel_is_read_by_range_and_a_small_one_whole(idx, monkeypatch, caplog):
-    caplog.set_level("INFO", logger="builder.lock.wheels")
+    caplog.set_level("INFO", logger="imgbuild.lock.wheels")
     p = idx.add(WheelSpec("b", "1.0", files={"b/__init__.py": "", "b/k.so": "k" * 3000}))
     [f] = wheels.project_files("b", idx.json)
     size = p.stat().st_size
@@ -755,7 +755,7 @@ def test_a_downloads_failure_says_what_the_connection_said_cut_to_200_characters
 
 
 def test_older_metadata_attribute_names_and_pages_without_files_or_a_type(idx):
-    from builder.lock.wheels import _parse_html, _parse_json
+    from imgbuild.lock.wheels import _parse_html, _parse_json
     [f] = _parse_html('<a href="x-1.0-py3-none-any.whl" data-dist-info-metadata="sha256=ab">'
                       "x-1.0-py3-none-any.whl</a>", "http://h/x/", "i")
     assert f.metadata_url == "http://h/x/x-1.0-py3-none-any.whl.metadata"
@@ -771,7 +771,7 @@ def test_older_metadata_attribute_names_and_pages_without_files_or_a_type(idx):
 
 
 def test_html_links_are_read_whatever_surrounds_them():
-    from builder.lock.wheels import _parse_html
+    from imgbuild.lock.wheels import _parse_html
     page = ('</a><p>x-0.1-py3-none-any.whl</p></a>'
             '<a href="/get?id=1"><span>x-1.0-py3-none-any.whl</span></a>'
             '<a href="/get?id=2">x-2.0-py3<b></b>-none-any.whl</a>'  # text in two pieces

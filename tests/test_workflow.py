@@ -303,7 +303,7 @@ def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_c
     said = " ".join(str(e.value).split())
     assert "linux/arm64: " in said and "is not in the registry" in said, said
     assert "index not assembled: tiny-cpu-multi" in said
-    from builder.image import registry as reg
+    from imgbuild.image import registry as reg
 
     repo = reg.Repository.parse(registry)
     assert reg.manifest_digest(repo, "tiny-cpu-multi") is None

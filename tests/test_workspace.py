@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.lock.lockfile import read_lock, write_lock
-from builder.workspace import Workspace
+from imgbuild.lock.lockfile import read_lock, write_lock
+from imgbuild.workspace import Workspace
 
 from .conftest import ROOT, WHEELS
 
@@ -96,7 +96,7 @@ def test_open_takes_arguments_then_environment_then_the_nearest_images(tmp_path,
     deep.mkdir(parents=True)
     assert Workspace.open(env={}, cwd=deep).images == copy  # images/ above the directory
     assert Workspace.open(env={}, cwd=Path("/")).images == ROOT / "images"  # this checkout
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     with pytest.raises(InputError, match="no such directory"):
         Workspace.open(tmp_path / "nope", env={})
@@ -119,7 +119,7 @@ def test_every_table_is_read_from_the_workspace(copy):
 
 def test_a_missing_lock_is_one_error_for_every_command(tmp_path, copy):
     ws = Workspace.open(copy, tmp_path, env={})
-    from builder.errors import InputError
+    from imgbuild.errors import InputError
 
     with pytest.raises(InputError) as e:
         ws.target("tiny-copy").lock()
@@ -184,7 +184,7 @@ def _exercise(binary: list[str], copy: Path, tmp_path: Path) -> None:
 
 
 def test_every_command_sees_the_copy_from_another_directory(copy, tmp_path):
-    _exercise([sys.executable, "-m", "builder.cli"], copy, tmp_path)
+    _exercise([sys.executable, "-m", "imgbuild.cli"], copy, tmp_path)
 
 
 def test_a_plain_install_works_on_every_command_from_another_directory(plain_install, copy,
@@ -197,7 +197,7 @@ def test_a_plain_install_works_on_every_command_from_another_directory(plain_ins
 
 
 def test_json_errors_are_json_on_stdout(copy, tmp_path):
-    r = run([sys.executable, "-m", "builder.cli"],
+    r = run([sys.executable, "-m", "imgbuild.cli"],
             ["plan", "no-such", "--json", "--images", str(copy)], cwd=tmp_path, home=tmp_path)
     assert r.returncode == 2
     doc = json.loads(r.stdout)
@@ -207,7 +207,7 @@ def test_json_errors_are_json_on_stdout(copy, tmp_path):
 @pytest.mark.docker
 def test_build_push_pull_and_smoke_see_the_copy(copy, tmp_path, registry_repo):
     """The Docker commands, from another directory, on the target only the copy has."""
-    imgbuild = [sys.executable, "-m", "builder.cli"]
+    imgbuild = [sys.executable, "-m", "imgbuild.cli"]
     loc = ["--images", str(copy), "--lockfiles", str(copy.parent / "lockfiles")]
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()

@@ -18,9 +18,9 @@ FILE = Path(__file__).with_name("content-tags.json")
 
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
-    from builder.plan.decide import make_plan
-    from builder.plan.index import make_index_plan
-    from builder.workspace import Workspace
+    from imgbuild.plan.decide import make_plan
+    from imgbuild.plan.index import make_index_plan
+    from imgbuild.workspace import Workspace
 
     ws = Workspace(images, lockfiles)
     names = sorted(ws.catalog.targets) + sorted(ws.catalog.generators)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "builder" / "payload"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "imgbuild" / "payload"))
 
 import smoke  # noqa: E402  (the in-image payload, stdlib at import)
 

@@ -1,7 +1,7 @@
 """The smoke checkpoint on the host: its recipe key, and the cache it lives in.
 
 A smoke model is a content-addressed artifact. Its recipe is the generator's spec (scheme,
-seed, sizes, the fixed texts: builder/payload/smokegen.py) and the generator that runs it, named
+seed, sizes, the fixed texts: imgbuild/payload/smokegen.py) and the generator that runs it, named
 by the generator image's content key (images/generators/smoke-model.yaml, locked like a
 target). Same recipe, same key: in a local cache (`<cache>/smoke-models/<name>-<key16>`), and
 in a registry as an OCI artifact tagged `smoke-model-<name>-<key16>` (pipeline/smokemodel.py

@@ -4,7 +4,7 @@ The case that motivates it (DESIGN.md): SGLang refers to
 `CompressionFormat.nvfp4_pack_quantized` without declaring a minimum compressed-tensors; vLLM
 0.6.6 pins `compressed-tensors==0.8.1`, which lacks it. The resolver is satisfied, the image
 builds, and the server dies at model load. Every fact needed to predict this is in the wheels,
-so this module reads them (builder/lock/wheels.py: download or Range-read, never install, never
+so this module reads them (imgbuild/lock/wheels.py: download or Range-read, never install, never
 import) and compares:
 
 - every `<Family>.<member>` a locked consumer's source refers to, against the members the

@@ -1,6 +1,6 @@
 """`imgbuild size IMAGE`: where an image's bytes are, and which of them are dead weight.
 
-Runs builder/image/sizeprobe.py inside the image (its source as `python3 -c`, so any image with
+Runs imgbuild/image/sizeprobe.py inside the image (its source as `python3 -c`, so any image with
 Python works, built by imgbuild or not) with no network, and reads the Engine's layer history.
 """
 

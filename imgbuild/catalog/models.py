@@ -25,7 +25,7 @@ class ModelProfile:
     gpus: str | None = None
     architecture: str | None = None
     engine_flags: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # Made by the generator (builder/payload/smokegen.py in its image) rather than
+    # Made by the generator (imgbuild/payload/smokegen.py in its image) rather than
     # downloaded: its scheme and seed.
     generator_scheme: str | None = None
     generator_seed: int = 0

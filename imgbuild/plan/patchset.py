@@ -1,5 +1,5 @@
 """The patch layer of an image: which patches it applies, the files it copies, and the RUN
-lines that apply and probe them (builder/payload/patcher.py does the work in the image)."""
+lines that apply and probe them (imgbuild/payload/patcher.py does the work in the image)."""
 
 from __future__ import annotations
 

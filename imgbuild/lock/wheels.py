@@ -1,6 +1,6 @@
 """Locked wheels, read without installing: find on the index, fetch, verify, read members.
 
-The drift check (builder/checks/drift.py) needs the *source* of the exact files a lock pins. This
+The drift check (imgbuild/checks/drift.py) needs the *source* of the exact files a lock pins. This
 module finds those files on a package index (PEP 691 JSON where offered, else PEP 503 HTML),
 picks one whose sha256 the lock pins, and exposes its members through `zipfile` without
 extracting or importing anything.

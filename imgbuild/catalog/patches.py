@@ -1,5 +1,5 @@
 """Compatibility patches: data under images/patches/, checked against locked wheels, applied
-in the image by builder/payload/patcher.py.
+in the image by imgbuild/payload/patcher.py.
 
 A patch is `images/patches/<id>.yaml`:
 

@@ -1,13 +1,13 @@
 """The command line's grammar: argparse only, so `imgbuild --help` loads nothing else.
 
-Each subcommand names the module under builder/cli/commands/ that runs it."""
+Each subcommand names the module under imgbuild/cli/commands/ that runs it."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-# command -> module under builder.cli.commands (imported only when that command runs)
+# command -> module under imgbuild.cli.commands (imported only when that command runs)
 COMMANDS = {
     "list": "list", "plan": "plan", "lock": "lock", "check-deps": "check_deps",
     "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",

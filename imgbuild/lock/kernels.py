@@ -1,11 +1,11 @@
 """The GPU code a lock's wheels carry: per package, per shared object, which SASS and PTX.
 
-Read from the exact files the lock pins (builder/lock/wheels.py: the target platform's wheel,
+Read from the exact files the lock pins (imgbuild/lock/wheels.py: the target platform's wheel,
 chosen by the lock's sha256; its big members fetched by HTTP Range and checked against the
 wheel's RECORD), never installed, never run, no GPU. Each shared object is spooled to a
 temporary file, its `.nv_fatbin` section found with pyelftools (the section the CUDA runtime
 registers, and the one `cuobjdump` lists: a library may also carry fat binaries as plain data,
-which this deliberately does not count) and that section scanned (builder/lock/fatbin.py).
+which this deliberately does not count) and that section scanned (imgbuild/lock/fatbin.py).
 
 Results are cached by the wheel's sha256 and the member's name
 (`$IMGBUILD_CACHE/kernels/<sha256>.json`): a wheel is read once per machine, whatever target

@@ -1,7 +1,7 @@
 """Kernel coverage: for each target arch, which locked packages carry SASS for it, which only
 PTX, which nothing; a required package with nothing refuses the target before any build.
 
-The GPU code is read from the locked wheels once (builder/lock/kernels.py) into a record
+The GPU code is read from the locked wheels once (imgbuild/lock/kernels.py) into a record
 committed next to the lock; this module only judges that record against the rules
 (images/checks/kernels.yaml) for the archs asked for, so `plan --arch` needs no network.
 """

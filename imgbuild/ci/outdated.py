@@ -263,7 +263,7 @@ def _indexes(target: Target, index_urls: tuple[str, ...] | None) -> tuple[str, .
 def compile_lock(req: LockRequest, *, wheels: Path | None = None, prefer: str | None = None,
                  upgrade: tuple[str, ...] = (), constraints: tuple[str, ...] = (),
                  index_urls: tuple[str, ...] | None = None) -> str:
-    """builder.lock.resolve.resolve, keeping the versions in `prefer` except the `upgrade` packages."""
+    """imgbuild.lock.resolve.resolve, keeping the versions in `prefer` except the `upgrade` packages."""
     return resolve(req, wheels, prefer=prefer, upgrade=upgrade, constraints=constraints,
                    index_urls=index_urls)
 

@@ -1,6 +1,6 @@
 """`imgbuild preflight`: will an image's server start on this host?
 
-The checks live in builder/payload/preflight.py (standard library only, because images run the
+The checks live in imgbuild/payload/preflight.py (standard library only, because images run the
 same file from their entrypoint); this module feeds them the image's facts, from a built
 image's labels (through the Engine) or from a target's plan (plan/labels.py).
 """

@@ -1,6 +1,6 @@
 """Ask an image's own engine which quantization scheme each layer of a checkpoint gets.
 
-`imgbuild check-model PATH --image IMAGE` runs the image's builder/payload/engine_schemes.py
+`imgbuild check-model PATH --image IMAGE` runs the image's imgbuild/payload/engine_schemes.py
 (copied into every image beside the smoke test) on the checkpoint's config.json and tensor
 names, in a container with no network and the checkpoint mounted read-only: the engine's
 CompressedTensorsConfig parses the config, its scheme selection answers for every layer on
