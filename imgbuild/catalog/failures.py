@@ -214,9 +214,43 @@ def load_prefixes(images: Path | str) -> tuple[LogPrefix, ...]:
     return load_failures(images).prefixes
 
 
-def load_failures(images: Path | str) -> FailureCatalog:
-    """Read and validate images/checks/failures.yaml (the Workspace reads it once a command)."""
-    doc = read_table(images, (FAILURE_FILE,), "failure fingerprints")
+def load_failures(images: Path | str | Sequence[Path]) -> FailureCatalog:
+    """Read and validate images/checks/failures.yaml (the Workspace reads it once a command).
+
+    Given several images/ directories (the catalog's layers, lowest first), their files add up:
+    a higher layer's entry replaces a lower one's of the same id (or name), and the others
+    follow the lower layer's, so a project adds a failure without copying the catalog's."""
+    if isinstance(images, (str, Path)):
+        doc = read_table(images, (FAILURE_FILE,), "failure fingerprints")
+    else:
+        roots = [Path(r) for r in images]
+        docs = [read_table(r, (FAILURE_FILE,), "failure fingerprints") for r in roots
+                if (r / FAILURE_FILE).is_file()]
+        if not docs:
+            read_table(roots[0], (FAILURE_FILE,), "failure fingerprints")  # says it is missing
+        doc = docs[0]
+        for upper in docs[1:]:
+            doc = Doc(upper.path, _merged(doc.data, upper.data))
+    return _parse_failures(doc)
+
+
+def _merged(lower: Any, upper: Any) -> Any:
+    if not isinstance(lower, dict) or not isinstance(upper, dict):
+        return upper
+    out = dict(lower)
+    for key, items in upper.items():
+        below = out.get(key)
+        if not isinstance(items, list) or not isinstance(below, list):
+            out[key] = items
+            continue
+        def ident(x: Any) -> Any:
+            return (x.get("id") or x.get("name")) if isinstance(x, dict) else None
+        mine = {ident(x) for x in items} - {None}
+        out[key] = list(items) + [x for x in below if ident(x) not in mine]
+    return out
+
+
+def _parse_failures(doc: Doc) -> FailureCatalog:
     where = doc.path
     doc.reject_unknown({"outer_prefixes", "prefixes", "engines", "failures"})
     engines = []

@@ -23,6 +23,6 @@ def check_deps(ws: Workspace, target: str, *, model: str | None,
     formats: list[tuple[str, str]] = []
     # The model it will serve, and the smoke model every image loads.
     for alias in dict.fromkeys(a for a in (model or t.default_model, t.smoke_model) if a):
-        formats += drift.profile_formats(ws.catalog.model(alias), fams)
+        formats += drift.profile_formats(ws.model(alias), fams)
     return drift.check(lock, fams, model_formats=formats,
                        index_urls=wheels.index_urls(ref.request.extra_index_urls))

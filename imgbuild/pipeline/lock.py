@@ -85,7 +85,11 @@ def lock_targets(ws: Workspace, names: list[str], *, check: bool = False,
             entries = list(pool.map(one, refs))
     else:
         # A directory that cannot take the lock is said now, not after minutes of resolving.
-        check_writable(ws.lockfiles, "lockfiles to")
+        check_writable(ws.lock_dir(), "lockfiles to")
+        # A built-in target's lock goes into the project first: locking starts from it.
+        for copied in ws.adopt_builtin_locks(refs):
+            progress.note(f"copied the built-in lock into the project: {copied}")
+        refs = [ws.target(r.name, r.target.platforms[0]) for r in refs]
         for ref, (lock, written, err) in zip(refs, lock_many(
                 [r.request for r in refs], ws.lockfiles, ws.wheels, refresh=refresh, jobs=jobs,
                 note=progress.note)):

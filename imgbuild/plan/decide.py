@@ -39,7 +39,7 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
     ref = ws.target(target_name, platform)
     target = ref.target
     model = model or target.default_model
-    profile: ModelProfile | None = cat.model(model) if model else None
+    profile: ModelProfile | None = ws.model(model) if model else None
     base = cat.base(target.os, target.cpu_arch)
     archs = tuple(dict.fromkeys(archs)) if archs else target.archs
     flavor = flavor or target.flavor
@@ -52,7 +52,12 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
                    f"images/bases.yaml: {base.key}: python: '{base.python}'"],
             hint=f"drop `python:` from {target.path} or pick a base with Python {python}")
     req = ref.request
-    lock = ensure_lock(req, ws.lockfiles, ws.wheels)[0] if resolve else ref.lock()
+    if not resolve:
+        lock = ref.lock()
+    elif ref.builtin and ref.has_lock and (shipped := ref.lock()).inputs_hash == req.inputs_hash():
+        lock = shipped  # the built-in catalog's lock, read where imgbuild is installed
+    else:
+        lock = ensure_lock(req, ws.lock_dir(), ws.wheels)[0]
     sel = select(cat, target, archs=archs, flavor=flavor, lock=lock, model=profile)
     cov = kernel_coverage(ws, ref, lock, tuple(a for a in archs if a != "cpu"))
     serve_flags: tuple[str, ...] = ()

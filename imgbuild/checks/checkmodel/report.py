@@ -93,7 +93,7 @@ def resolve_checkpoint(path_or_alias: str, ws: Workspace | None) -> Checkpoint:
     where a build or `imgbuild smoke-model ALIAS` put it)."""
     p = Path(path_or_alias).expanduser()
     if not p.exists() and ws is not None and path_or_alias in ws.catalog.models:
-        prof = ws.catalog.model(path_or_alias)
+        prof = ws.model(path_or_alias)
         if prof.generated:
             # Imported here: a path (the common case) needs neither the smoke-model generator
             # nor the planner, and check-model's start-up is part of what a user waits for.
