@@ -27,6 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "catalog": {"errors", "fsutil", "payload"},
     "lock": {"errors", "fsutil", "catalog"},
     "workspace": {"errors", "catalog", "lock"},
+    # A user's project as `imgbuild init` writes it, on the built-in catalog.
+    "project": {"errors", "fsutil", "catalog", "lock", "workspace"},
     "smokemodel": {"errors", "payload", "catalog"},
     "plan": {"errors", "fsutil", "payload", "catalog", "lock", "workspace", "smokemodel"},
     "checks": {"errors", "fsutil", "payload", "catalog", "lock", "workspace", "smokemodel",
@@ -37,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "ci": {"errors", "fsutil", "progress", "catalog", "lock", "workspace", "smokemodel", "plan",
            "image", "pipeline"},
     "cli": {"errors", "fsutil", "progress", "payload", "catalog", "lock", "workspace",
-            "smokemodel", "plan", "checks", "image", "pipeline", "ci"},
+            "project", "smokemodel", "plan", "checks", "image", "pipeline", "ci"},
 }
 # Third-party libraries a part may use at import time. The terminal belongs to the CLI, the
 # Docker Engine to image/; everything else reports through values and imgbuild.progress.

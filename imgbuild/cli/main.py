@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored
             signal.signal(signal.SIGINT, _interrupt)
     argv = list(sys.argv[1:] if argv is None else argv)
+    lead = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+    if "--version" in argv[:lead]:  # `imgbuild --version [--json]` is `imgbuild version`
+        argv.remove("--version")
+        argv.insert(0, "version")
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "build")  # `imgbuild TARGET ...` is `imgbuild build TARGET ...`
     args = parser().parse_args(argv)

@@ -14,6 +14,7 @@ COMMANDS = {
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
     "smoke-model": "smoke_model", "verify": "verify", "index": "index", "size": "size",
+    "init": "init", "version": "version",
 }
 
 
@@ -53,8 +54,31 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="imgbuild", description="Build, smoke-test and publish LLM serving images. "
         "`imgbuild TARGET ...` is `imgbuild build TARGET ...`.")
+    # Read by main(), which runs `imgbuild version` for it: listed here for --help.
+    p.add_argument("--version", action="store_true",
+                   help="imgbuild's version and its built-in catalog's digest (with --json: "
+                        "as JSON); the same as `imgbuild version`")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", parents=[common], help="targets and model profiles")
+    sub.add_parser("version", parents=[common],
+                   help="imgbuild's version and the built-in catalog it carries (its digest)")
+    s = sub.add_parser("init", parents=[common],
+                       help="write a project here (or in DIR): imgbuild.yaml, a target that "
+                            "extends a built-in one, its model profile, lockfiles/, a CI "
+                            "workflow, a README")
+    s.add_argument("dir", nargs="?", default=".", metavar="DIR",
+                   help="where (default: this directory); made if missing")
+    s.add_argument("--extends", default="sglang-blackwell", metavar="TARGET",
+                   help="the built-in target the project's target starts from (default: "
+                        "sglang-blackwell; `imgbuild list`)")
+    s.add_argument("--name", help="the project's target (default: my-TARGET)")
+    s.add_argument("--model", metavar="CHECKPOINT",
+                   help="a Hugging Face repo id (org/name) or a local checkpoint directory "
+                        "(default: a placeholder to replace)")
+    s.add_argument("--tp", type=int, default=1, help="GPUs the model is sharded over (default 1)")
+    s.add_argument("--size-gb", type=float, metavar="G",
+                   help="the checkpoint's size on disk in GB (default: measured from a local "
+                        "directory, else a placeholder)")
     s = sub.add_parser("plan", parents=[common, select],
                        help="the Plan for a target (locks if needed)")
     s.add_argument("target")
