@@ -224,11 +224,14 @@ class Workspace:
         t = t.on(platform or t.platforms[0])
         req = lock_request(t, self.catalog.base(t.os, t.cpu_arch), self.catalog.toolchain)
         path = self.lockfiles / req.filename()
-        if self.base is not None and not path.exists() \
-                and self.catalog.origin.get(name) == BUILTIN:
-            shipped = self.base.lockfiles / req.filename()
-            if shipped.exists():  # a built-in target the project has not locked itself
-                return TargetRef(t, req, shipped, self.display(shipped), builtin=True)
+        shipped = self.base.lockfiles / req.filename() if self.base else None
+        # A built-in target the project has not locked itself, or a project target that asks
+        # exactly what a built-in lock answers (one that shadows its own name and changes only
+        # what the lock does not depend on): the shipped lock, read in place.
+        if shipped is not None and not path.exists() and shipped.exists() and (
+                self.catalog.origin.get(name) == BUILTIN
+                or read_lock(shipped).inputs_hash == req.inputs_hash()):
+            return TargetRef(t, req, shipped, self.display(shipped), builtin=True)
         return TargetRef(t, req, path, self.display(path), builtin=self.read_only)
 
     def platform_refs(self, name: str,

@@ -153,24 +153,48 @@ def arm64_base(docker_client) -> str:
     return json.loads(r.stdout)["image"]
 
 
-@pytest.fixture(scope="session")
-def plain_install(tmp_path_factory) -> Path:
-    """imgbuild installed as users install it: `pip install .` into a fresh venv (no dev
-    tools, no torch), not editable."""
-    tmp = tmp_path_factory.mktemp("plain")
-    venv, src = tmp / "venv", tmp / "src"
-    # The project as an sdist holds it (setuptools writes build/ beside the sources it builds).
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "imgbuild", src / "imgbuild",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+# What the wheel is built from: the sdist's files (MANIFEST.in), copied so that two workers
+# building at once do not share setuptools' build/ directory in the checkout.
+WHEEL_SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "imgbuild", "images",
+                 "lockfiles")
+
+
+def build_wheel(dest: Path) -> Path:
+    """The wheel a user installs (`uv build --wheel`), built from a copy of the sources."""
     uv = shutil.which("uv")
     if uv is None:
         pytest.skip("skipped: uv is not installed (make setup installs it)")
+    src = dest / "src"
+    src.mkdir(parents=True)
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "builtin"))
+        else:
+            shutil.copy(ROOT / name, src / name)
+    cmd = [uv, "build", "-q", "--wheel", "-o", str(dest / "dist"), str(src)]
+    r = subprocess.run([*cmd, "--offline"], capture_output=True, text=True)  # setuptools cached
+    if r.returncode != 0:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return next((dest / "dist").glob("imgbuild-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def imgbuild_wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def plain_install(tmp_path_factory, imgbuild_wheel) -> Path:
+    """The built wheel installed into a fresh venv outside the checkout (no torch, no tests):
+    what a user's `uv tool install` holds."""
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    uv = shutil.which("uv")
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True,
                    env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
-    cmd = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(src)]
+    cmd = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+           str(imgbuild_wheel)]
     r = subprocess.run([*cmd, "--offline"], capture_output=True, text=True)  # uv's cache first
     if r.returncode != 0:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

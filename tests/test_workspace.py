@@ -190,10 +190,13 @@ def test_every_command_sees_the_copy_from_another_directory(copy, tmp_path):
 def test_a_plain_install_works_on_every_command_from_another_directory(plain_install, copy,
                                                                        tmp_path):
     _exercise([str(plain_install / "bin" / "imgbuild")], copy, tmp_path)
-    # With no images/ in sight and no checkout behind it, it says what to do.
+    # With no project in sight and no checkout behind it, the catalog in the wheel answers.
     r = run([str(plain_install / "bin" / "imgbuild"), "list"], [], cwd=tmp_path, home=tmp_path)
-    assert r.returncode == 2 and "no images/ directory found" in r.stderr
-    assert "--images" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 0 and "sglang-blackwell" in r.stdout and "only-in-copy" not in r.stdout
+    # A project directory that is not there is said, with what to do.
+    r = run([str(plain_install / "bin" / "imgbuild"), "list"], ["--images", str(tmp_path / "no")],
+            cwd=tmp_path, home=tmp_path)
+    assert r.returncode == 2 and "no such directory" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_json_errors_are_json_on_stdout(copy, tmp_path):

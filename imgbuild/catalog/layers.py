@@ -153,6 +153,11 @@ def resolve_targets(layers: list[Layer], raw: list[dict[str, RawTarget]]
             raise SpecError(t.path, "extends", "the name of a target to start from", parent_name)
         top = t.layer - 1 if parent_name == t.name else t.layer
         parent = find(parent_name, top)
+        if parent is None and parent_name == t.name:
+            raise SpecError(t.path, "extends", "another target's name (a target extends its own "
+                            "name only to change the built-in one it shadows, and there is no "
+                            f"built-in '{t.name}')", parent_name,
+                            hint="name the target to start from (see `imgbuild list`)")
         if parent is None:
             known = sorted({n for i in range(top + 1) for n in raw[i]} - {t.name})
             close = difflib.get_close_matches(parent_name, known, n=1)
