@@ -1,9 +1,16 @@
 """Model profiles (images/models/<alias>.yaml): what a target serves, and the generated
-smoke models."""
+smoke models.
+
+A profile whose checkpoint is a Hugging Face repo id or a local path may leave out
+`quantization:` (and `name:`): the quantization is then the checkpoint's own, read from its
+config.json when the profile is used (catalog/checkpoints.py), never when the catalog is
+loaded, so listing the catalog stays offline."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..errors import SpecError
@@ -31,6 +38,10 @@ class ModelProfile:
     generator_seed: int = 0
     generator_image: str = "smoke-model"  # the generator under images/generators/ that makes it
     activations: str | None = None  # what the quantized layers compute in: fp4 (w4a4), fp8, bf16
+    revision: str | None = None  # a hub checkpoint's branch, tag or commit (default: main)
+    # No `quantization:` in the profile: method, formats, activations, summary (and architecture
+    # when not given) are the checkpoint's config.json's (catalog/checkpoints.resolve_profile).
+    quant_from_checkpoint: bool = False
 
     @property
     def generated(self) -> bool:
@@ -44,12 +55,43 @@ class ModelProfile:
 
 
 MODEL_KEYS = {"name", "checkpoint", "size_gb", "architecture", "quantization",
-              "tensor_parallel", "gpus", "engine_flags", "generator"}
+              "tensor_parallel", "gpus", "engine_flags", "generator", "revision"}
+
+GENERATED_PREFIX = "generated:"
+# A Hugging Face repo id: owner/name, nothing else. A local directory of that shape is written
+# ./owner/name; anything starting with / . ~ or with more parts is a path.
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def checkpoint_kind(checkpoint: str) -> str:
+    """generated (made by the smoke-model generator), hub (a repo id) or path (a local path,
+    relative to the project root unless absolute)."""
+    if checkpoint.startswith(GENERATED_PREFIX):
+        return "generated"
+    if REPO_ID.match(checkpoint) and not checkpoint.startswith((".", "/", "~")):
+        return "hub"
+    return "path"
 
 
 def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
     doc = Doc(path, data)
     doc.reject_unknown(MODEL_KEYS)
+    checkpoint = doc.get("checkpoint", str)
+    if not checkpoint.strip():
+        raise SpecError(path, "checkpoint", "a Hugging Face repo id (org/name), a local path "
+                        "or generated:NAME", checkpoint)
+    kind = checkpoint_kind(checkpoint)
+    revision = doc.get("revision", str, None)
+    if revision is not None and kind != "hub":
+        raise SpecError(path, "revision", "no revision: it is a Hugging Face repo's branch, tag "
+                        "or commit, and the checkpoint is " + (
+                            "generated" if kind == "generated" else "a local path"), revision)
+    # Stated quantization is taken as written (every built-in profile states it); left out, a
+    # hub or local checkpoint's own config.json says it.
+    from_checkpoint = doc.get("quantization", dict, None) is None and kind != "generated"
+    name = doc.get("name", str, None) if kind != "generated" else doc.get("name", str)
+    if name is None:  # the checkpoint's last path part: My-Model-NVFP4 of my-org/My-Model-NVFP4
+        name = PurePosixPath(checkpoint.rstrip("/")).name or checkpoint
     q = doc.sub("quantization", doc.get("quantization", dict, {}))
     q.reject_unknown({"method", "formats", "summary", "activations"})
     tp = doc.get("tensor_parallel", int, 1)
@@ -67,7 +109,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
     gen = doc.sub("generator", doc.get("generator", dict, {}))
     gen.reject_unknown({"scheme", "seed", "image"})
     return ModelProfile(
-        alias=alias, path=path, name=doc.get("name", str), checkpoint=doc.get("checkpoint", str),
+        alias=alias, path=path, name=name, checkpoint=checkpoint,
         size_gb=size, quant_method=q.get("method", str, None),
         quant_formats=q.str_list("formats"), quant_summary=q.get("summary", str, ""),
         activations=q.get("activations", str, None),
@@ -75,5 +117,6 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
         architecture=doc.get("architecture", str, None), engine_flags=flags,
         generator_scheme=gen.get("scheme", str, None), generator_seed=gen.get("seed", int, 0),
         generator_image=gen.get("image", str, "smoke-model"),
+        revision=revision, quant_from_checkpoint=from_checkpoint,
     )
 

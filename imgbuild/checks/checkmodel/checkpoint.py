@@ -4,7 +4,6 @@ index or headers (no weights are read)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -12,13 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import EnvError, InputError
+# Reading config.json (bounded, with its errors), where the quantization config is, and the hub
+# download live in the catalog: model profiles read a checkpoint's config.json the same way.
+from ...catalog.checkpoints import MAX_JSON_BYTES, hub_file, hub_module, quant_config
+from ...catalog.checkpoints import read_json as _read_json
+from ...errors import InputError
+
+__all__ = ["MAX_JSON_BYTES", "QUANT_PARAMS", "Checkpoint", "load_checkpoint", "malformed",
+           "quant_config", "safetensors_keys"]
 
 QUANT_PARAMS = ("weight_packed", "weight_scale")
-# The largest config.json or safetensors index read. Real ones are kilobytes (config) to a few
-# megabytes (the index of a 1T-parameter model: ~100k tensors, ~8 MB); anything past this is
-# not a checkpoint's metadata, and reading it whole would cost twice its size in memory.
-MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,18 +60,6 @@ class Checkpoint:
         archs = self.config.get("architectures")
         return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) \
             else None
-
-
-def quant_config(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
-    """The quantization config and the keys that lead to it (engines look in this order)."""
-    for key in ("quantization_config", "compression_config"):
-        q = config.get(key)
-        if isinstance(q, dict):
-            return q, (key,)
-    tc = config.get("text_config")
-    if isinstance(tc, dict) and isinstance(tc.get("quantization_config"), dict):
-        return tc["quantization_config"], ("text_config", "quantization_config")
-    return None, ()
 
 
 def _where(keys: tuple[str, ...], *more: object) -> str:
@@ -161,38 +151,6 @@ def safetensors_keys(path: Path) -> list[str]:
     return [k for k in header if k != "__metadata__"]
 
 
-def _read_json(path: Path) -> tuple[dict[str, Any], str]:
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise InputError(f"{path}: {size / 2**20:,.0f} MiB, more than check-model reads "
-                             f"({MAX_JSON_BYTES // 2**20} MiB)",
-                             facts=["a checkpoint's config.json is kilobytes and its safetensors "
-                                    "index a few megabytes"],
-                             hint="point check-model at the checkpoint's config.json (and "
-                                  "model.safetensors.index.json), not at a weights file")
-        with open(path, "rb") as f:
-            # Bounded even where stat() cannot tell (a pipe, /proc): one byte past the cap.
-            raw = f.read(MAX_JSON_BYTES + 1)
-        if len(raw) > MAX_JSON_BYTES:
-            raise InputError(f"{path}: more than check-model reads ({MAX_JSON_BYTES // 2**20} MiB)")
-        text = raw.decode("utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text (byte {e.start})",
-                         hint="config.json is JSON in UTF-8; point check-model at the "
-                              "checkpoint directory or its config.json") from None
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise InputError(f"{path}: not valid JSON ({e})",
-                         hint="point check-model at a checkpoint directory or its config.json") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data, text
-
-
 def _tensor_names(d: Path) -> tuple[list[str] | None, str | None]:
     index = d / "model.safetensors.index.json"
     if index.is_file():
@@ -215,9 +173,10 @@ def _tensor_names(d: Path) -> tuple[list[str] | None, str | None]:
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, revision: str | None = None) -> Checkpoint:
     """A checkpoint directory, its config.json (index or safetensors beside it are read too), a
-    bare config file, or a Hugging Face repo id (only when the hub can be reached)."""
+    bare config file, or a Hugging Face repo id (only when the hub can be reached; at
+    `revision`, default its main branch)."""
     p = Path(path).expanduser()
     if p.is_dir():
         cfg = p / "config.json"
@@ -236,41 +195,27 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         return Checkpoint.from_tensors(config, names or (), str(p), names_from=src,
                                        config_path=p, config_text=text)
     if _REPO_ID.match(str(path)) and not str(path).startswith((".", "/", "~")):
-        return _load_hub(str(path))
+        return _load_hub(str(path), revision)
     raise InputError(f"no checkpoint at {path}",
                      hint="pass a checkpoint directory, its config.json, a model alias from "
                           "`imgbuild list`, or a Hugging Face repo id")
 
 
-def _load_hub(repo: str) -> Checkpoint:
-    try:
-        import huggingface_hub as hh
-        from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError
-    except ImportError:
-        raise EnvError(f"cannot read {repo}: huggingface_hub is not installed",
-                       hint="download the checkpoint's config.json and "
-                            "model.safetensors.index.json and pass their directory") from None
-    try:
-        cfg = Path(hh.hf_hub_download(repo, "config.json"))
-    except RepositoryNotFoundError:
-        raise InputError(f"no repository {repo} on the Hugging Face hub",
-                         hint="check the repo id (and HF_TOKEN for a gated model)") from None
-    except Exception as e:  # offline, unreachable, gated: all end the same way
-        raise EnvError(f"cannot read {repo} from the Hugging Face hub",
-                       facts=[f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-                              f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')!s}"],
-                       hint="download config.json and model.safetensors.index.json of the "
-                            "checkpoint and pass their directory") from None
+def _load_hub(repo: str, revision: str | None = None) -> Checkpoint:
+    cfg = hub_file(repo, "config.json", revision)
+    hh = hub_module()
+    from huggingface_hub.utils import EntryNotFoundError
+
     config, text = _read_json(cfg)
     names: list[str] | None = None
     src = None
     try:
-        idx = Path(hh.hf_hub_download(repo, "model.safetensors.index.json"))
+        idx = Path(hh.hf_hub_download(repo, "model.safetensors.index.json", revision=revision))
         doc, _ = _read_json(idx)
         names, src = list(doc.get("weight_map") or {}), f"{repo}: model.safetensors.index.json"
     except EntryNotFoundError:
         try:
-            meta = hh.get_safetensors_metadata(repo)
+            meta = hh.get_safetensors_metadata(repo, revision=revision)
             names = [t for fm in meta.files_metadata.values() for t in fm.tensors]
             src = f"{repo}: safetensors headers"
         except Exception:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ...catalog.checkpoints import checkpoint_dir
 from ...catalog.engines import EngineTable
+from ...catalog.models import checkpoint_kind
 from ...errors import InputError
 from ...lock import wheels
 from ...workspace import Workspace
@@ -109,7 +111,9 @@ def resolve_checkpoint(path_or_alias: str, ws: Workspace | None) -> Checkpoint:
                                  hint=f"`imgbuild smoke-model {prof.alias}` fetches or makes it "
                                       "(--registry R to fetch it from there)")
             return load_checkpoint(path)
-        return load_checkpoint(prof.checkpoint)
+        if checkpoint_kind(prof.checkpoint) == "path":  # the profile's path is the project's
+            return load_checkpoint(checkpoint_dir(prof, ws.images.parent))
+        return load_checkpoint(prof.checkpoint, revision=prof.revision)
     return load_checkpoint(path_or_alias)
 
 
