@@ -5,11 +5,13 @@ from __future__ import annotations
 from rich.markup import escape
 
 from ...catalog.catalog import Catalog
+from ...catalog.models import ModelProfile
 from ...checks import drift
 from ...pipeline.lock import LockReport
 from ...pipeline.plan import IndexReport, PlanReport
 from ..console import Output
 from . import kv, lines, table
+from .models import quantization, quantization_cell
 
 
 def catalog(out: Output, cat: Catalog) -> None:
@@ -20,7 +22,7 @@ def catalog(out: Output, cat: Catalog) -> None:
                             "description": t.description}
                         for n, t in cat.targets.items()},
             "models": {a: {"name": m.name, "checkpoint": m.checkpoint, "size_gb": m.size_gb,
-                           "tensor_parallel": m.tensor_parallel}
+                           "tensor_parallel": m.tensor_parallel, "quantization": quantization(m)}
                        for a, m in cat.models.items()}})
         return
     table(out.out, "targets", ["target", "engine", "archs", "platforms", "os", "flavor"],
@@ -28,25 +30,31 @@ def catalog(out: Output, cat: Catalog) -> None:
             " ".join(p.split("/")[1] for p in t.platforms), t.os, t.flavor]
            for n, t in cat.targets.items()])
     table(out.out, "model profiles", ["model", "name", "checkpoint", "size", "TP", "quantization"],
-          [[a, m.name, m.checkpoint, f"{m.size_gb:g} GB", m.tensor_parallel, m.quant_summary]
+          [[a, m.name, m.checkpoint, f"{m.size_gb:g} GB", m.tensor_parallel, quantization_cell(m)]
            for a, m in cat.models.items()])
 
 
-def index_plan(out: Output, report: IndexReport) -> None:
+def index_plan(out: Output, report: IndexReport, model: ModelProfile | None = None) -> None:
     if out.json:
-        out.print_json(report.to_dict())
+        out.print_json(report.to_dict() | _model_json(model))
         return
     for r in report.reports:
-        plan(out, r)
+        plan(out, r, model)
     ix = report.index
     kv(out.out, f"index for {ix.target}", [
         ("platforms", "\n".join(f"{p.platform}: {p.ref()}" for p in ix.plans)),
         ("content key", ix.content_key), ("tags", "\n".join(ix.refs))])
 
 
-def plan(out: Output, report: PlanReport) -> None:
+def _model_json(model: ModelProfile | None) -> dict:
+    """The served model's quantization (as the plan used it: a profile that leaves it out has
+    it from its checkpoint's config.json); not part of the Plan, so not of its content key."""
+    return {"quantization": quantization(model)} if model is not None else {}
+
+
+def plan(out: Output, report: PlanReport, model: ModelProfile | None = None) -> None:
     if out.json:
-        out.print_json(report.to_dict())
+        out.print_json(report.to_dict() | _model_json(model))
         return
     p = report.plan
     rows = [
@@ -54,6 +62,7 @@ def plan(out: Output, report: PlanReport) -> None:
         ("engine", f"{p.engine} {p.engine_version}"),
         ("model", f"{p.model}: {p.model_name} ({p.checkpoint}), TP {p.tensor_parallel}"
          if p.model else "none"),
+        *([("quantization", quantization_cell(model))] if model is not None else []),
         ("archs", ", ".join(p.archs)),
         ("CUDA", p.cuda or "none (CPU)"),
         ("driver", f"≥ {p.min_driver}" if p.min_driver else "none (CPU)"),
