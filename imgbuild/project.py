@@ -25,8 +25,10 @@ from .workspace import Builtin, Workspace
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "project"
 _PLACEHOLDER = re.compile(r"@\{([a-z_]+)\}")
 
-# Target and model names become file names, lock names, image tags and command-line words.
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# Target and model names become file names, lock names, command-line words and image tags:
+# TARGET-MODEL-<16 hex> and TARGET-MODEL-<engine><version> stay within Docker's 128 characters.
+NAME_MAX = 48
+NAME_RE = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{NAME_MAX - 1}}}$")
 # org/name, or a bare name (older Hugging Face repos); a local directory is told apart first.
 HF_REPO_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 PLACEHOLDER_CHECKPOINT = "your-org/your-model"
@@ -84,7 +86,7 @@ def check_name(value: str, what: str, reserved: frozenset[str] = frozenset()) ->
         raise InputError(f"{what} {value!r}: not a name imgbuild can use",
                          facts=["it names a file under images/, its locks and its image tags"],
                          hint="use lowercase letters, digits, '.', '_' and '-', starting with a "
-                              "letter or digit (at most 63 characters), e.g. my-sglang")
+                              f"letter or digit (at most {NAME_MAX} characters), e.g. my-sglang")
     if value in reserved:
         raise InputError(f"{what} {value!r} is an imgbuild command",
                          facts=[f"`imgbuild {value}` runs the command, not a build of the target"],
@@ -94,7 +96,7 @@ def check_name(value: str, what: str, reserved: frozenset[str] = frozenset()) ->
 
 def _alias_of(text: str) -> str:
     tail = text.rstrip("/").rsplit("/", 1)[-1].lower()
-    alias = re.sub(r"[^a-z0-9._-]+", "-", tail).strip("-._")[:63]
+    alias = re.sub(r"[^a-z0-9._-]+", "-", tail).strip("-._")[:NAME_MAX].rstrip("-._")
     return alias or "my-model"
 
 
@@ -156,6 +158,10 @@ def plan_project(builtin: Builtin, root: Path, *, extends: str, name: str | None
     checkpoint, local = _checkpoint(model, root, cwd)
     placeholder = model is None
     alias = "my-model" if placeholder else _alias_of(checkpoint)
+    if alias in ws.catalog.models:
+        # Not shadowed by accident: the built-in profiles include the smoke model every target
+        # is tested with.
+        alias = f"my-{alias}"[:NAME_MAX].rstrip("-._")
     target = targets[extends]
     measured = _dir_size_gb(local) if local is not None and size_gb is None else None
     return ProjectSpec(
