@@ -154,6 +154,27 @@ def test_init_options_land_in_the_files(tmp_path):
     assert "PLACEHOLDER" not in (tmp_path / "hub/images/models/qwen3-8b.yaml").read_text()
 
 
+# The wheel carries the templates once pyproject.toml's package-data names them.
+TEMPLATES_PACKAGED = '"templates/**/*"' in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.xfail(not TEMPLATES_PACKAGED, strict=True,
+                   reason='pyproject.toml [tool.setuptools.package-data] lacks "templates/**/*"')
+def test_an_installed_imgbuild_writes_the_same_project(plain_install, tmp_path):
+    """From the wheel (templates as package data, the dot-github folder included), byte for
+    byte what the checkout writes."""
+    args = ["init", "proj", "--extends", "tiny-cpu", "--model", "Qwen/Qwen3-8B", "--tp", "2"]
+    (tmp_path / "wheel").mkdir()
+    r = subprocess.run([str(plain_install / "bin" / "imgbuild"), *args], cwd=tmp_path / "wheel",
+                       env=env_without_imgbuild(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "checkout").mkdir()
+    assert imgbuild(*args, cwd=tmp_path / "checkout").returncode == 0
+    there = tree(tmp_path / "wheel" / "proj")
+    assert ".github/workflows/imgbuild.yml" in there
+    assert there == tree(tmp_path / "checkout" / "proj")
+
+
 # --- refusals: exit 2, nothing written --------------------------------------------------------
 
 def test_a_file_in_the_way_refuses_and_leaves_every_byte(tmp_path):
