@@ -240,6 +240,20 @@ def checkpoint_dir(profile: ModelProfile, project_root: Path) -> Path:
     return p if p.is_absolute() else Path(project_root) / p
 
 
+def local_checkpoint(profile: ModelProfile, project_root: Path) -> Path | None:
+    """The local directory (or file) a profile's checkpoint names; None for a hub id. A
+    directory in the project spelled like a repo id (models/qwen, as `imgbuild init` writes a
+    checkpoint inside the project) is that directory, as check-model prefers a path that
+    exists; `revision:` always means the hub."""
+    kind = checkpoint_kind(profile.checkpoint)
+    if kind == "generated":
+        return None
+    p = checkpoint_dir(profile, project_root)
+    if kind == "hub" and (profile.revision is not None or not p.exists()):
+        return None
+    return p
+
+
 def _fail(profile: ModelProfile, what: str, err: ImgbuildError | None = None, *,
           facts: tuple[str, ...] | list[str] = (), hint: str = PROFILE_HINT) -> ImgbuildError:
     """An error that names the profile file and its checkpoint, the chain that led there, and
@@ -255,7 +269,8 @@ def _fail(profile: ModelProfile, what: str, err: ImgbuildError | None = None, *,
 def read_config(profile: ModelProfile, project_root: Path) -> tuple[dict[str, Any], str]:
     """The profile's checkpoint's config.json, and where it was read (a file, or repo@revision).
     A hub id is read through huggingface_hub's cache first."""
-    if checkpoint_kind(profile.checkpoint) == "hub":
+    p = local_checkpoint(profile, project_root)
+    if p is None:
         where = profile.checkpoint + (f"@{profile.revision}" if profile.revision else "")
         try:
             path = hub_file(profile.checkpoint, "config.json", profile.revision, cache_first=True)
@@ -265,14 +280,12 @@ def read_config(profile: ModelProfile, project_root: Path) -> tuple[dict[str, An
                     "caches config.json") if isinstance(e, EnvError) else \
                 f"check the repo id and `revision:` (HF_TOKEN for a gated model); {PROFILE_HINT}"
             raise _fail(profile, "cannot read config.json from the Hugging Face hub", e,
-                        facts=[f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')}",
-                               f"HF_HOME={os.environ.get('HF_HOME', '')}"],
+                        facts=[f"HF_HOME={os.environ.get('HF_HOME', '')}"],
                         hint=hint) from None
         try:
             return read_json(path)[0], where
         except InputError as e:
-            raise _fail(profile, "config.json from the hub is not a JSON object", e) from None
-    p = checkpoint_dir(profile, project_root)
+            raise _fail(profile, "config.json from the hub is not readable JSON", e) from None
     looked = [f"looked for {p}"] + ([] if Path(profile.checkpoint).expanduser().is_absolute()
                                     else [f"a relative path is read from the project root "
                                           f"({project_root})"])

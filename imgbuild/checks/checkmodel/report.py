@@ -9,9 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...catalog.checkpoints import checkpoint_dir
+from ...catalog.checkpoints import local_checkpoint
 from ...catalog.engines import EngineTable
-from ...catalog.models import checkpoint_kind
 from ...errors import InputError
 from ...lock import wheels
 from ...workspace import Workspace
@@ -111,9 +110,9 @@ def resolve_checkpoint(path_or_alias: str, ws: Workspace | None) -> Checkpoint:
                                  hint=f"`imgbuild smoke-model {prof.alias}` fetches or makes it "
                                       "(--registry R to fetch it from there)")
             return load_checkpoint(path)
-        if checkpoint_kind(prof.checkpoint) == "path":  # the profile's path is the project's
-            return load_checkpoint(checkpoint_dir(prof, ws.images.parent))
-        return load_checkpoint(prof.checkpoint, revision=prof.revision)
+        local = local_checkpoint(prof, ws.images.parent)  # a relative path is the project's
+        return load_checkpoint(local if local is not None else prof.checkpoint,
+                               revision=prof.revision)
     return load_checkpoint(path_or_alias)
 
 
