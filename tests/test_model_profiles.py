@@ -89,6 +89,33 @@ def test_nvfp4_w4a4_from_a_path_relative_to_the_project(tmp_path, checkpoints):
     assert cm.resolve_checkpoint("mine", ws).source == str(root / "ckpt")
 
 
+def test_a_project_directory_spelled_like_a_repo_id_is_local(tmp_path, checkpoints):
+    """`imgbuild init --model models/qwen` writes it so: the directory is read, not the hub
+    (offline, and nothing of that name cached)."""
+    root = project(tmp_path, "checkpoint: models/qwen\nsize_gb: 1\n",
+                   checkpoints["nvfp4"] / "config.json", at="models/qwen")
+    ws = Workspace.open(cwd=root, env={})
+    m = ws.model("mine")
+    assert m.quant_formats == ("nvfp4-pack-quantized",) and m.name == "qwen"
+    assert cm.resolve_checkpoint("mine", ws).source == str(root / "models/qwen")
+
+
+def test_check_deps_names_config_json_for_read_formats(tmp_path, checkpoints):
+    """check-deps checks a profile's formats against the locked compressed-tensors; formats
+    read from the checkpoint are said to be config.json's, not the profile's."""
+    from imgbuild.checks import drift
+
+    root = project(tmp_path, "checkpoint: ./ckpt\nsize_gb: 1\n",
+                   checkpoints["nvfp4"] / "config.json")
+    ws = Workspace.open(cwd=root, env={})
+    assert drift.profile_formats(ws.model("mine"), ws.families) == [
+        ("images/models/mine.yaml: checkpoint ./ckpt: config.json formats[0]",
+         "nvfp4-pack-quantized")]
+    tiny = ws.model("tiny-nvfp4")
+    assert drift.profile_formats(tiny, ws.families) == [
+        (f"{tiny.path}: quantization.formats[0]", "nvfp4-pack-quantized")]
+
+
 def test_absolute_path_and_stated_fields_kept(tmp_path, checkpoints):
     root = project(tmp_path, f"checkpoint: {checkpoints['mixed']}\nname: Mine\nsize_gb: 1\n"
                              "architecture: tiny Qwen3\ntensor_parallel: 2\n")

@@ -447,8 +447,10 @@ def profile_formats(profile: ModelProfile,
     methods = {f.model_quant_method for f in families if f.model_quant_method}
     if profile.quant_method not in methods:
         return []
-    return [(f"{profile.path}: quantization.formats[{i}]", fmt)
-            for i, fmt in enumerate(profile.quant_formats)]
+    # Formats read from the checkpoint are its config.json's, not the profile's to fix.
+    where = (f"{profile.path}: checkpoint {profile.checkpoint}: config.json formats"
+             if profile.quant_from_checkpoint else f"{profile.path}: quantization.formats")
+    return [(f"{where}[{i}]", fmt) for i, fmt in enumerate(profile.quant_formats)]
 
 
 def checkpoint_formats(config: dict[str, Any], where: str = "config.json") -> list[tuple[str, str]]:
