@@ -19,10 +19,13 @@ def catalog(out: Output, cat: Catalog) -> None:
         out.print_json({
             "targets": {n: {"engine": f"{t.engine}=={t.engine_version}", "archs": list(t.archs),
                             "os": t.os, "flavor": t.flavor, "platforms": list(t.platforms),
-                            "description": t.description}
+                            "description": t.description,
+                            # built-in or project: where the (visible) file is
+                            "layer": cat.origin.get(n)}
                         for n, t in cat.targets.items()},
             "models": {a: {"name": m.name, "checkpoint": m.checkpoint, "size_gb": m.size_gb,
-                           "tensor_parallel": m.tensor_parallel, "quantization": quantization(m)}
+                           "tensor_parallel": m.tensor_parallel,
+                           "layer": cat.model_origin.get(a), "quantization": quantization(m)}
                        for a, m in cat.models.items()}})
         return
     table(out.out, "targets", ["target", "engine", "archs", "platforms", "os", "flavor"],
