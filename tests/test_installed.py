@@ -188,3 +188,61 @@ def test_a_gpu_host_pulls_by_the_tag_the_checkout_computes(plain_install, empty,
         r = user(plain_install, *args, "--json", cwd=cwd, home=home)
         assert r.returncode == 0, (args, r.stderr[-2000:])
     assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.docker
+def test_a_users_project_locks_builds_and_smoke_tests_with_nothing_written_outside_it(
+        plain_install, tmp_path, docker_client):
+    """init, then the user's own model profile (a real compressed-tensors NVFP4 checkpoint on
+    disk, its quantization read from its config.json) and a target that extends the built-in
+    tiny-cpu: lock, build (with its smoke gate) and smoke, all from the installed wheel. The
+    project holds everything written; HOME only caches; the installed catalog is untouched."""
+    from imgbuild import smokemodel
+
+    from .conftest import WHEELS, smoke_checkpoint
+
+    ckpt = smoke_checkpoint(smokemodel.SmokeModelSpec(name="ckm-nvfp4", scheme="NVFP4"),
+                            "checkmodel")
+    top, home = tmp_path / "work", tmp_path / "home"
+    top.mkdir()
+    home.mkdir()
+    # The user's mirror of the PyTorch CPU index, where there is one (as a firewall allows).
+    mirror = {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {}
+    builtin = _installed_catalog(plain_install)
+    before = _tree(builtin)
+
+    def go(*args: str) -> subprocess.CompletedProcess:
+        r = user(plain_install, *args, cwd=proj, home=home, extra=mirror)
+        assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-3000:])
+        return r
+
+    r = user(plain_install, "init", "proj", cwd=top, home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    proj = top / "proj"
+    (proj / "images" / "models" / "edge-nvfp4.yaml").write_text(
+        f"checkpoint: {ckpt}\nsize_gb: 0.01\ntensor_parallel: 1\n")
+    (proj / "images" / "edge.yaml").write_text(
+        "extends: tiny-cpu\ndescription: our CPU image\nmodel: edge-nvfp4\n")
+
+    plan = json.loads(go("plan", "edge", "--json").stdout)  # locks first: into the project
+    assert plan["quantization"]["formats"] == ["nvfp4-pack-quantized"]
+    assert plan["quantization"]["activations"] == "fp4"
+    assert plan["source"]["fields"]["engine.version"] == "images/tiny-cpu.yaml (built-in)"
+    assert plan["source"]["fields"]["model"] == "images/edge.yaml (project)"
+    lock = "edge.py3.11-manylinux_2_36-x86_64.txt"
+    assert plan["lock_path"] == f"lockfiles/{lock}" and (proj / "lockfiles" / lock).is_file()
+    go("lock", "edge", "--check")  # exit 0: the project's lock answers its target
+
+    repo = f"{REGISTRY_HOST}/imgbuild-project-{os.urandom(4).hex()}"
+    built = json.loads(go("edge", "--registry", repo, "--json").stdout)
+    assert built["content_tag"] == f"{repo}:{plan['content_tag']}"
+    assert built["smoke"]["ok"] is True
+    again = json.loads(go("smoke", built["content_tag"], "--json").stdout)
+    assert again["ok"] is True
+
+    assert sorted(p.name for p in top.iterdir()) == ["proj"]
+    assert _tree(builtin) == before
+    # HOME: caches (~/.cache/imgbuild, uv's) and the Docker client's own state, nothing else.
+    outside = [p for p in home.rglob("*") if p.is_file()
+               and p.relative_to(home).parts[0] not in (".cache", ".docker")]
+    assert outside == [], outside

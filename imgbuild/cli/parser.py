@@ -28,8 +28,9 @@ def parser() -> argparse.ArgumentParser:
                              "per line (json); auto: tty on a terminal, plain otherwise, none "
                              "with --json")
     common.add_argument("--images", default=os.environ.get("IMGBUILD_IMAGES"),
-                        help="the images/ directory (env IMGBUILD_IMAGES; default: the nearest "
-                             "images/ in this directory or above, else the checkout's)")
+                        help="your project's images/ directory, over the built-in catalog (env "
+                             "IMGBUILD_IMAGES; default: the project whose imgbuild.yaml is in "
+                             "this directory or above, else the built-in catalog alone)")
     common.add_argument("--lockfiles", default=os.environ.get("IMGBUILD_LOCKFILES"),
                         help="where locks live (env IMGBUILD_LOCKFILES; default: lockfiles/ "
                              "beside images/)")
