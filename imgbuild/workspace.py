@@ -271,6 +271,23 @@ class Workspace:
                      "copied there when you lock it")
         return self.lockfiles
 
+    def spec_file(self, relative: str, what: str) -> Path:
+        """A catalog file a command is about to rewrite (a target's spec, bases.yaml), in the
+        top layer; refused (exit 2) when that file is the built-in catalog's: an installed
+        imgbuild's is read-only, and under a project the change belongs in the project."""
+        path = self.images / relative
+        if self.read_only or (self.base is not None and not path.is_file()):
+            shipped = (self.base.images if self.base else self.images) / relative
+            raise InputError(
+                f"{what} would rewrite images/{relative}, which is the built-in catalog's",
+                facts=[f"{shipped} ships with imgbuild" + (" (read-only)" if self.read_only
+                                                           else "")],
+                hint=("run `imgbuild init` to make a project, then " if self.read_only else "")
+                + f"make it the project's own: images/{relative} in the project"
+                + (f" with `extends: {Path(relative).stem}` (and only what differs)"
+                   if "/" not in relative and relative != "bases.yaml" else " (a copy)"))
+        return path
+
     def adopt_builtin_locks(self, refs: list[TargetRef] | tuple[TargetRef, ...]) -> list[str]:
         """Copy each built-in lock of `refs` into the project's lockfiles/ (with its kernel
         record): locking a built-in target in a project starts from the shipped lock. Returns

@@ -246,3 +246,25 @@ def test_a_users_project_locks_builds_and_smoke_tests_with_nothing_written_outsi
     outside = [p for p in home.rglob("*") if p.is_file()
                and p.relative_to(home).parts[0] not in (".cache", ".docker")]
     assert outside == [], outside
+
+
+def test_commands_that_rewrite_the_catalog_refuse_the_installed_one(plain_install, empty):
+    cwd, home = empty
+    builtin = _installed_catalog(plain_install)
+    before = _tree(builtin)
+    for args in (("relock", "tiny-cpu", "--upgrade", "torch"),
+                 ("base", "refresh-digests")):
+        r = user(plain_install, *args, cwd=cwd, home=home)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 2, (args, said)
+        assert "which is the built-in catalog's" in said and "imgbuild init" in said, said
+    assert _tree(builtin) == before and list(cwd.iterdir()) == []
+
+
+@pytest.mark.live
+def test_outdated_from_an_empty_directory(plain_install, empty):
+    """outdated asks PyPI about the built-in targets' pins (live: it needs the network)."""
+    cwd, home = empty
+    r = user(plain_install, "outdated", "tiny-cpu", "--json", cwd=cwd, home=home)
+    assert r.returncode in (0, 1), r.stderr[-2000:]  # 1: something is outdated
+    assert "tiny-cpu" in r.stdout and list(cwd.iterdir()) == []

@@ -192,3 +192,18 @@ def test_locking_a_built_in_target_in_a_project_copies_its_lock(tmp_path):
     # From now on the project's lock is the one read.
     r = cli("plan", "tiny-cpu", "--json", cwd=proj)
     assert json.loads(r.stdout)["lock_path"] == f"lockfiles/{name}"
+
+
+def test_relock_of_a_built_in_target_asks_for_the_projects_own(tmp_path):
+    """relock rewrites a target's spec and lock: for a built-in target, that is the project's
+    job (a target of its own that extends it), said before anything is resolved."""
+    proj = project(tmp_path / "p", {})
+    before = _tree(ROOT / "images") | _tree(ROOT / "lockfiles")
+    r = cli("relock", "tiny-cpu", "--upgrade", "torch", cwd=proj)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2, said
+    assert "would rewrite images/tiny-cpu.yaml, which is the built-in catalog's" in said
+    assert "`extends: tiny-cpu`" in said and "Traceback" not in said
+    assert sorted(p.name for p in proj.iterdir()) == ["images", "imgbuild.yaml"]
+    assert not list((proj / "images").iterdir())
+    assert _tree(ROOT / "images") | _tree(ROOT / "lockfiles") == before

@@ -199,7 +199,8 @@ def _changed(ws: Workspace, current: list[Job], ref: str, repository: str) -> li
                              facts=[arch.stderr.decode(errors="replace").strip()[:300]])
         with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
             tf.extractall(td, filter="data")
-        old = Workspace(Path(td) / images_rel, Path(td) / locks_rel)
+        # The same layers as now: a project at REF over the built-in catalog installed now.
+        old = Workspace(Path(td) / images_rel, Path(td) / locks_rel, base=ws.base)
         try:
             old.catalog  # noqa: B018  (loads and validates it)
         except ImgbuildError as e:

@@ -622,7 +622,9 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
     where uv can keep it. Nothing is written unless the whole resolution succeeds.
     """
     ref = ws.target(target)
-    t, req, wheels, lock_dir = ref.target, ref.request, ws.wheels, ws.lockfiles
+    # Refused before anything is resolved when the spec or the lock is the built-in catalog's.
+    ws.spec_file(f"{target}.yaml", f"relock {target}")
+    t, req, wheels, lock_dir = ref.target, ref.request, ws.wheels, ws.lock_dir()
     lock = ref.lock()
     uv_urls = tuple(index_urls) if index_urls else None
     new_req = req
@@ -708,7 +710,7 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
                                      hint=f"change it by hand to {new}, then `imgbuild lock {target}`")
                 text = edited
             atomic_write_text(spec_path, text)
-            cat2 = load_catalog(ws.images)  # the edited spec, read as the next command will
+            cat2 = load_catalog(list(ws.layers))  # the edited spec, as the next command reads it
             t2 = cat2.target(target)
             req2 = lock_request(t2, cat2.base(t2.os), cat2.toolchain)
             if req2.requirements != new_req.requirements:
@@ -720,7 +722,7 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
             req2 = req
         write_lock(lock_dir / req2.filename(), req2, body, uv_version())
         for platform, _, obody in others:
-            oref = Workspace(ws.images, ws.lockfiles, ws.wheels).target(target, platform)
+            oref = Workspace(ws.images, ws.lockfiles, ws.wheels, ws.base).target(target, platform)
             write_lock(oref.lock_path, oref.request, obody, uv_version())
     except BaseException:
         if original is not None:

@@ -328,7 +328,7 @@ def bootstrap_base(ws: Workspace, key: str, *, registry: str | None = None, rebu
     if repo is not None and repo.host is None:
         raise InputError(f"--registry {registry} names no registry host",
                          hint="e.g. --registry 127.0.0.1:5000/imgbuild")
+    recorded = ws.spec_file("bases.yaml", "base bootstrap --record") if record else None
     client = daemon.client()
     return bootstrap(client, bases[key].for_cpu(cpu_arch), registry=repo,
-                     rebuild=rebuild or record,
-                     record=ws.images / "bases.yaml" if record else None, progress=progress)
+                     rebuild=rebuild or record, record=recorded, progress=progress)

@@ -65,7 +65,8 @@ def write(bases_yaml: Path, digests: dict[str, str | None]) -> None:
 def refresh_catalog(ws: Workspace, *, mirror: str | None = None) -> dict[str, str | None]:
     """`imgbuild base refresh-digests`: ask, write images/bases.yaml, and read it back (what
     was written must still load)."""
+    path = ws.spec_file("bases.yaml", "base refresh-digests")
     found = refresh(ws.catalog, mirror=mirror)
-    write(ws.images / "bases.yaml", found)
+    write(path, found)
     load_catalog(ws.images)
     return found

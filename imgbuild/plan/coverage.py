@@ -158,6 +158,6 @@ def ensure_record(ref: TargetRef, lock: Lockfile, rules: EngineKernels, *,
         lock, [(r.package, r.files) for r in rules.rules], digest,
         index_urls=wheels.index_urls(req.extra_index_urls), python=req.python,
         platform=req.uv_platform)
-    if write:
+    if write and not ref.builtin:  # a built-in lock's record is read, never rewritten there
         kernels.write_record(path, doc)
     return doc, True
