@@ -371,9 +371,18 @@ def main(argv: list[str] | None = None) -> int:
         def archive(rev: str, name: str) -> Path:
             tree = tmp / name
             tree.mkdir()
-            tar = subprocess.run(["git", "archive", rev, "builder"], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=tar, check=True)
+            # The package is imgbuild/; commits before the rename have it as builder/ (its
+            # imports are relative, so it runs under the new name).
+            for folder in ("imgbuild", "builder"):
+                got = subprocess.run(["git", "archive", rev, folder], cwd=ROOT,
+                                     capture_output=True)
+                if got.returncode == 0:
+                    break
+            else:
+                raise SystemExit(f"{rev}: neither imgbuild/ nor builder/ in it")
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=got.stdout, check=True)
+            if folder != "imgbuild":
+                (tree / folder).rename(tree / "imgbuild")
             return tree
 
         versions = {"after": archive(args.after, "after") if args.after else ROOT}
