@@ -91,8 +91,9 @@ CASES = {
         {"alloc": "2.00 GiB", "gpu": "0", "total": "178.36 GiB", "free": "1.06 GiB"}, (), 2),
     "fp8-e4nv-ampere.log": ("fp8-unsupported-gpu", 10, {}, ("0", "1"), 2),
     "port-in-use.log": ("port-in-use", 3, {"port": "8000", "host": "0.0.0.0"}, (), 1),
-    "nccl-shm.log": ("nccl-system-error", 6,
-                     {"segment": "/dev/shm/nccl-Ae31bQ", "size": "9637888"}, (), 3),
+    # NCCL's "failed to extend" line comes first; the size is taken from the line after it
+    "nccl-shm.log": ("nccl-system-error", 5,
+                     {"segment": "/dev/shm/nccl-Ae31bQ", "size": "9637888"}, (), 4),
     "flashinfer-no-nvcc.log": ("flashinfer-jit-no-nvcc", 7, {}, ("0", "1"), 2),
     "triton-no-cc.log": ("triton-no-c-compiler", 5, {}, ("0",), 2),
     "hf-gated.log": ("hf-gated-repo", 10, {}, (), 3),
@@ -100,6 +101,12 @@ CASES = {
     "vllm-keyerror-weight-scale.log": (
         "vllm-keyerror-weight-scale", 9,
         {"module": "layers.0.mlp.down_proj", "tensor": "weight_scale"}, (), 1),
+    # launch failures (imgbuild run): SGLang 0.5.23 without a GPU, /dev/shm full, model not cached
+    "no-gpu-visible.log": ("no-gpu-visible", 33, {"sign": "No accelerator"}, (), 1),
+    "shm-too-small.log": ("shm-too-small", 17, {"error": "No space left on device"}, (), 2),
+    "hf-model-not-cached.log": (
+        "hf-model-not-cached", 22,
+        {"model": "Qwen/Qwen3-0.6B", "offline": "outgoing traffic has been disabled"}, (), 2),
 }
 
 
