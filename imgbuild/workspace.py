@@ -24,6 +24,7 @@ from .catalog.engines import ENGINE_FILES, EngineTable, load_engines
 from .catalog.failures import FailureCatalog, load_failures
 from .catalog.families import FAMILY_FILES, SymbolFamily, load_families
 from .catalog.kernels import KERNELS_FILE, EngineKernels, load_kernel_rules
+from .catalog.launch import LaunchTable, load_launch
 from .catalog.layers import BUILTIN, PROJECT, Layer
 from .catalog.models import ModelProfile
 from .catalog.patches import Patch, load_patches
@@ -206,6 +207,10 @@ class Workspace:
     @cached_property
     def kernel_rules(self) -> dict[str, EngineKernels]:
         return load_kernel_rules(self._table(KERNELS_FILE))
+
+    @cached_property
+    def launch(self) -> LaunchTable:
+        return load_launch([layer.images for layer in self.layers])
 
     @cached_property
     def failures(self) -> FailureCatalog:

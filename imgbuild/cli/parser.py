@@ -10,7 +10,7 @@ import os
 # command -> module under imgbuild.cli.commands (imported only when that command runs)
 COMMANDS = {
     "list": "list", "plan": "plan", "lock": "lock", "check-deps": "check_deps",
-    "build": "build", "pull": "pull", "smoke": "smoke", "preflight": "preflight",
+    "build": "build", "pull": "pull", "run": "run", "smoke": "smoke", "preflight": "preflight",
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
     "smoke-model": "smoke_model", "verify": "verify", "index": "index", "size": "size",
@@ -120,6 +120,35 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("target")
     s.add_argument("--model")
     s.add_argument("--registry", required=True)
+    s = sub.add_parser("run", parents=[common],
+                       help="serve a model on this host: the target that fits its GPUs, the "
+                            "image, preflight, the container, until the server answers")
+    s.add_argument("subject", metavar="TARGET|MODEL",
+                   help="a target, or a model profile (the target that fits this host is "
+                        "chosen)")
+    s.add_argument("--model", help="with a TARGET: the model profile to serve (default: the "
+                                   "target's)")
+    s.add_argument("--registry", help="pull the image from here (by content tag, verified) "
+                                      "when this host does not have it")
+    s.add_argument("--port", type=int, help="the host port to publish (default: the engine's)")
+    s.add_argument("--dry-run", action="store_true",
+                   help="print the exact `docker run` line and start nothing")
+    s.add_argument("--emit", nargs=2, metavar=("compose|k8s", "DIR"),
+                   help="write a compose file, or Kubernetes manifests, into DIR")
+    s.add_argument("--gpus-per-node", type=int, default=8,
+                   help="with --emit k8s: GPUs per node (a model sharded wider is a "
+                        "LeaderWorkerSet over several nodes)")
+    s.add_argument("--keep", action="store_true",
+                   help="leave the container when the run ends (default: removed)")
+    s.add_argument("--detach", action="store_true",
+                   help="return once the server answers, leaving it running")
+    s.add_argument("--no-preflight", action="store_true",
+                   help="start without the host checks (here and in the container)")
+    s.add_argument("--timeout", type=float, default=1800,
+                   help="seconds to wait for the server to answer (default 1800)")
+    s.add_argument("--nvidia-smi", help="the nvidia-smi binary to read the GPUs with")
+    s.add_argument("--model-cache", help="the host's model cache to mount (default: HF_HOME, "
+                                         "else ~/.cache/huggingface)")
     s = sub.add_parser("index", parents=[common],
                        help="assemble a multi-platform target's OCI image index from its pushed "
                             "platform images, then move its tags onto it")

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.models import ModelProfile
+from ..catalog.targets import PLATFORMS
 from ..errors import EnvError, ImgbuildError, InputError
 from ..payload import preflight as pf
 from ..payload.preflight import FAIL, PASS, SKIP, WARN, Host, ImageFacts, Verdict
@@ -288,8 +289,6 @@ def _judge_all(ws: Workspace, host: Host, names: Sequence[str], model: str | Non
 
 
 def _platforms(platforms: tuple[str, ...], cpu: str | None) -> tuple[str, ...]:
-    from ..catalog.targets import PLATFORMS
-
     if cpu is None:
         return platforms
     mine = tuple(p for p in platforms if PLATFORMS[p] == cpu)

@@ -1,0 +1,174 @@
+"""A serving container's life on this host: started from a Launch (plan/launch.py) with the
+docker client (the exact line `imgbuild run --dry-run` prints), watched until its server
+answers or it stops, and removed when the run ends.
+
+The docker client rather than the Engine API starts it, so that what runs is what the dry run
+shows, flag for flag; the log is followed and the state read through the API.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import requests
+
+from ..errors import EnvError
+from ..plan.launch import Launch
+from . import daemon
+
+# The last lines of a server's log kept for the doctor: a failing server's cause is near the
+# end, and a model load can print hundreds of thousands of lines.
+LOG_LINES = 20000
+
+
+@dataclass
+class Watch:
+    """What was seen of a running container: its log (the last LOG_LINES), the phases reached,
+    and how it ended (ready, exited with a code, or timed out)."""
+
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    status: str = "starting"  # starting | ready | exited | timeout
+    exit_code: int | None = None
+    seconds: float = 0.0
+    served: str | None = None  # the model id the server's model list gives
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+def port_taken(port: int) -> str | None:
+    """Why `port` cannot be published on this host (something listens there), or None."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # As the Engine's proxy binds it: connections of an earlier server still in TIME_WAIT do
+    # not hold the port, a listener does.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("0.0.0.0", port))
+    except OSError as e:
+        return f"port {port} is in use on this host ({e.strerror})"
+    finally:
+        s.close()
+    return None
+
+
+def running_for(label: str, value: str) -> list[str]:
+    """Containers started by `imgbuild run` with this label value that still run."""
+    r = daemon.run_cli(["ps", "--filter", f"label={label}={value}", "--format", "{{.Names}}"],
+                       capture_output=True, text=True, timeout=60)
+    return [n for n in r.stdout.split() if n]
+
+
+def start(launch: Launch) -> str:
+    """`docker run -d ...` as the dry run prints it; the container's id. A refusal by the Engine
+    (no GPU runtime, an image it cannot find) is an EnvError with the client's words."""
+    r = daemon.run_cli(launch.docker_args(detach=True, rm=False)[1:], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip()
+        daemon.run_cli(["rm", "-f", launch.name], capture_output=True, cleanup=True)
+        raise EnvError(f"docker could not start {launch.name}",
+                       facts=[line for line in said.splitlines()[-6:] if line.strip()],
+                       hint=_start_hint(said))
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _start_hint(said: str) -> str:
+    if "could not select device driver" in said or "nvidia-container" in said:
+        return ("the Engine has no NVIDIA runtime: install the NVIDIA Container Toolkit and "
+                "run `nvidia-ctk runtime configure --runtime=docker`, then restart dockerd")
+    if "port is already allocated" in said or "address already in use" in said:
+        return "pick another port with --port, or stop what holds it"
+    return "see the docker client's message above"
+
+
+def remove(name: str) -> None:
+    """Stop and remove the container: even while imgbuild itself is being stopped."""
+    daemon.run_cli(["rm", "-f", name], capture_output=True, cleanup=True, timeout=120)
+
+
+def watch(launch: Launch, container_id: str, *, timeout_s: float,
+          on_phase: Callable[[str, str], None] = lambda _p, _l: None,
+          poll_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> Watch:
+    """Follow the log and poll the health and model-list endpoints until both answer (ready),
+    the container stops (exited) or `timeout_s` passes (timeout)."""
+    w = Watch()
+    phases = [(name, re.compile(rx)) for name, rx in launch.phases]
+    seen: set[str] = set()
+    started = clock()
+
+    def follow() -> None:
+        proc = subprocess.Popen(daemon.cli_command(["logs", "-f", container_id]),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            w.lines.append(line)
+            for name, rx in phases:
+                if name not in seen and rx.search(line):
+                    seen.add(name)
+                    w.phases.append((name, round(clock() - started, 1)))
+                    on_phase(name, line)
+        proc.wait()
+
+    reader = threading.Thread(target=follow, name="container-log", daemon=True)
+    reader.start()
+    base = f"http://127.0.0.1:{launch.host_port}"
+    while True:
+        w.seconds = round(clock() - started, 1)
+        state = _state(container_id)
+        if state is not None and state[0] != "running":
+            w.status, w.exit_code = "exited", state[1]
+            break
+        if _answers(base, launch.health_path) and _answers(base, launch.models_path):
+            w.status, w.served = "ready", _first_model(base + launch.models_path)
+            break
+        if clock() - started > timeout_s:
+            w.status = "timeout"
+            break
+        time.sleep(poll_s)
+    if w.status != "ready":
+        reader.join(timeout=10)  # the log's last lines: what the doctor reads
+    return w
+
+
+def _state(container_id: str) -> tuple[str, int | None] | None:
+    r = daemon.run_cli(["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                        container_id], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return ("gone", None)
+    status, _, code = r.stdout.strip().partition(" ")
+    return status, int(code) if code.lstrip("-").isdigit() else None
+
+
+def _answers(base: str, path: str) -> bool:
+    try:
+        return requests.get(base + path, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _first_model(url: str) -> str | None:
+    try:
+        data = requests.get(url, timeout=5).json().get("data") or []
+        return str(data[0]["id"]) if data else None
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def wait_exit(container_id: str, poll_s: float = 1.0) -> int | None:
+    """Block until the container stops (the user's Ctrl-C ends the wait first)."""
+    while True:
+        state = _state(container_id)
+        if state is None or state[0] not in ("running", "restarting"):
+            return state[1] if state else None
+        time.sleep(poll_s)

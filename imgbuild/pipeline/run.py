@@ -1,0 +1,233 @@
+"""`imgbuild run TARGET|MODEL`: from a model to a serving endpoint on this host.
+
+The steps, each one a value the next takes: the target (given, or chosen for this host's GPUs
+from the model: plan/fit.py), its Plan, the Launch (plan/launch.py: the container a serving
+engine needs, from images/launch.yaml and the model profile), the host preflight (the same
+checks the image's entrypoint runs, run here once so the entrypoint's are skipped), the image
+(local, or pulled by content tag and verified), the container (image/launch.py), its phases
+until the server answers, and when it never does, the doctor on its log.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..checks.doctor import OTHER_CAUSE, Diagnosis, diagnose, to_dict
+from ..errors import EXIT_FAILED, EXIT_OK, InputError, JobFailed
+from ..image import daemon
+from ..image import launch as container
+from ..image.base import host_platform
+from ..payload import preflight as host_checks
+from ..plan.decide import make_plan
+from ..plan.fit import FitReport, fit_targets
+from ..plan.launch import Launch, emit_compose, emit_k8s, launch_for
+from ..progress import SILENT, Progress
+from ..workspace import Workspace
+from .pull import pull_target
+
+# The label every container `imgbuild run` starts carries: a second run of the same model is
+# refused while the first one serves.
+RUN_LABEL = "imgbuild.run"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    target: str
+    model: str | None
+    launch: Launch
+    status: str  # dry-run | emitted | ready | stopped | exited | timeout
+    fit: FitReport | None = None
+    preflight: host_checks.Report | None = None
+    preflight_where: str = ""  # which preflight ran where, in words
+    image_action: str | None = None  # local | pulled
+    phases: tuple[tuple[str, float], ...] = ()
+    seconds: float = 0.0
+    container_exit: int | None = None
+    diagnoses: tuple[Diagnosis, ...] = ()
+    log_tail: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # --emit
+    kept: bool = False  # the container was left (--keep, --detach)
+    served: str | None = None  # the model id the server answers to
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.launch.host_port}"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.status in ("dry-run", "emitted", "ready", "stopped") \
+            else EXIT_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "model": self.model, "status": self.status,
+            "image": self.launch.image, "container": self.launch.name,
+            "docker_run": self.launch.dry_run_line(), "endpoint": self.endpoint,
+            "fit": self.fit.to_dict() if self.fit else None,
+            "preflight": self.preflight.to_dict() if self.preflight else None,
+            "preflight_where": self.preflight_where, "image_action": self.image_action,
+            "phases": [{"phase": p, "at_s": s} for p, s in self.phases],
+            "seconds": self.seconds, "container_exit": self.container_exit,
+            "served_model": self.served,
+            "doctor": to_dict(self.diagnoses) if self.status in ("exited", "timeout") else None,
+            "log_tail": list(self.log_tail), "files": list(self.files), "kept": self.kept,
+            "notes": list(self.notes), "exit_code": self.exit_code,
+        }
+
+
+def choose(ws: Workspace, subject: str, model: str | None, host: host_checks.Host | None,
+           ) -> tuple[str, str | None, FitReport | None]:
+    """(target, model, fit): SUBJECT is a target, or a model profile the host's best-fitting
+    target serves."""
+    cat = ws.catalog
+    if subject in cat.targets:
+        return subject, model, None
+    if subject in cat.models:
+        if model and model != subject:
+            raise InputError(f"run {subject} names a model, and --model {model} another",
+                             hint=f"`imgbuild run {subject}`, or `imgbuild run TARGET --model "
+                                  f"{model}`")
+        if host is None:
+            host = host_checks.probe()
+        report = fit_targets(ws, host, model=subject)
+        if (err := report.refusal()) is not None:
+            raise err
+        assert report.chosen is not None
+        return report.chosen.name, subject, report
+    close = sorted({*cat.targets, *cat.models})
+    raise InputError(f"'{subject}' is neither a target nor a model profile",
+                     facts=["targets: " + ", ".join(sorted(cat.targets)),
+                            "model profiles: " + ", ".join(sorted(cat.models))],
+                     hint="see `imgbuild list`" if close else None)
+
+
+def run(ws: Workspace, subject: str, *, model: str | None = None,
+        registry_name: str | None = None, port: int | None = None, dry_run: bool = False,
+        emit: tuple[str, Path] | None = None, gpus_per_node: int = 8, keep: bool = False,
+        detach: bool = False, preflight: bool = True, timeout_s: float = 1800,
+        nvidia_smi: str | None = None, model_cache: Path | None = None,
+        on_ready: Callable[[RunReport], None] = lambda _r: None,
+        progress: Progress = SILENT) -> RunReport:
+    offline = dry_run or emit is not None  # nothing is started: this host is not judged
+    host = None if offline else host_checks.probe(
+        nvidia_smi=nvidia_smi, model_dir=str(model_cache or default_model_cache()))
+    target, model, fit = choose(ws, subject, model, host)
+    if fit is not None:
+        progress.note(f"{target} fits this host best for {model}: "
+                      + "; ".join(fit.chosen.reasons if fit.chosen else ()))
+    t = ws.catalog.target(target)
+    here = host_platform()
+    plan = make_plan(ws, target, model=model, repository=registry_name or "imgbuild",
+                     platform=here if here in t.platforms else None)
+    profile = ws.model(plan.model) if plan.model else None
+    launch = launch_for(plan, profile, ws.launch, host_port=port, model_cache=model_cache)
+    if dry_run:
+        return RunReport(target, plan.model, launch, "dry-run", fit)
+    if emit is not None:
+        kind, out_dir = emit
+        files = emit_compose(launch, out_dir) if kind == "compose" else \
+            emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node)
+        return RunReport(target, plan.model, launch, "emitted", fit,
+                         files=tuple(str(f) for f in files))
+    assert host is not None
+    notes: list[str] = []
+    # The host checks run here once, as part of the fit (the same checks the image's
+    # entrypoint runs, on the same facts); the entrypoint's copy is then skipped
+    # (IMGBUILD_PREFLIGHT=0), so that the two never disagree about one host.
+    report = None
+    if preflight:
+        if fit is None:
+            fit = fit_targets(ws, host, model=plan.model, targets=[target])
+        if (err := fit.refusal()) is not None:
+            raise err
+        row = fit.chosen
+        assert row is not None and row.facts is not None
+        report = host_checks.Report(row.facts, host, tuple(row.verdicts))
+        where = ("preflight: ran on this host (the checks the image's entrypoint runs, on its "
+                 "labels' facts); the entrypoint's run is skipped (IMGBUILD_PREFLIGHT=0)")
+    else:
+        where = "preflight: skipped on this host and in the container (--no-preflight)"
+    env = dict(launch.env) | {"IMGBUILD_PREFLIGHT": "0"}
+    gpus, ulimits = launch.gpus, launch.ulimits
+    if gpus and not host.gpus:
+        # Asked to go on without the checks: the Engine would refuse --gpus with no NVIDIA
+        # runtime, so the container starts without GPUs and the engine says what it lacks.
+        # The GPU limits (locked memory for RDMA and NCCL) go too: nothing uses them here.
+        gpus, ulimits = None, ()
+        notes.append("no NVIDIA GPU visible on this host: starting without --gpus and the "
+                     "GPU ulimits; the engine will say what it lacks")
+        progress.note(notes[-1], level="warn")
+    launch = replace(launch, env=tuple(sorted(env.items())), gpus=gpus, ulimits=ulimits,
+                     labels=tuple(sorted({**dict(getattr(launch, "labels", ())),
+                                          RUN_LABEL: plan.model or target}.items())))
+    for why in filter(None, [container.port_taken(launch.host_port)]):
+        raise InputError(f"cannot start {target}: {why}",
+                         facts=[f"{launch.name} would publish {launch.host_port}"],
+                         hint="pass --port with a free one, or stop what listens there")
+    busy = container.running_for(RUN_LABEL, plan.model or target)
+    if busy:
+        raise InputError(f"{plan.model or target} is already served here by {busy[0]}",
+                         hint=f"use it, or stop it first: `docker rm -f {busy[0]}`")
+    client = daemon.client()
+    if daemon.local_image(client, plan.ref()) is not None:
+        action = "local"
+    elif registry_name:
+        pull_target(ws, target, model=plan.model, registry_name=registry_name,
+                    platform=plan.platform, progress=progress)
+        action = "pulled"
+    else:
+        raise JobFailed(f"no image for {target} on this host",
+                        facts=[f"content tag {plan.content_tag} is not among the local images"],
+                        hint=f"build it (`imgbuild {target}"
+                             + (f" --model {plan.model}" if plan.model else "")
+                             + "`), or pull it: `imgbuild run "
+                             + (f"{subject} --model {plan.model}" if plan.model and
+                                subject != plan.model else subject)
+                             + " --registry REGISTRY/REPO`")
+    progress.note(where)
+    progress.note("starting: " + shlex.join(launch.docker_args(detach=True, rm=False)))
+    cid = container.start(launch)
+    left = False
+    try:
+        w = container.watch(launch, cid, timeout_s=timeout_s,
+                            on_phase=lambda p, line: progress.note(f"{p}: {line.strip()[:160]}"))
+        base = dict(target=target, model=plan.model, launch=launch, fit=fit, preflight=report,
+                    preflight_where=where, image_action=action, phases=tuple(w.phases),
+                    seconds=w.seconds, notes=tuple(notes))
+        if w.status != "ready":
+            diags = tuple(d for d in diagnose(w.log, ws.failures) if d.id != OTHER_CAUSE) or \
+                tuple(diagnose(w.log, ws.failures))
+            tail = tuple(list(w.lines)[-40:])
+            left = keep
+            return RunReport(status=w.status, container_exit=w.exit_code, diagnoses=diags,
+                             log_tail=tail, kept=keep, **base)
+        ready = RunReport(status="ready", kept=keep or detach, served=w.served, **base)
+        on_ready(ready)
+        if detach:
+            left = True
+            return ready
+        code = container.wait_exit(cid)  # until the server stops, or Ctrl-C / SIGTERM
+        w2 = container.Watch()
+        left = keep
+        if code not in (0, None):
+            w2 = container.watch(launch, cid, timeout_s=0)
+            diags = tuple(diagnose(w2.log, ws.failures))
+            return RunReport(status="exited", container_exit=code, diagnoses=diags,
+                             log_tail=tuple(list(w2.lines)[-40:]), kept=keep, **base)
+        return RunReport(status="stopped", container_exit=code, kept=keep, **base)
+    finally:
+        if not left:
+            container.remove(launch.name)
+
+
+def default_model_cache() -> Path:
+    """The host's Hugging Face cache, which the container mounts: HF_HOME/hub, else
+    ~/.cache/huggingface."""
+    home = os.environ.get("HF_HOME")
+    return Path(home) if home else Path.home() / ".cache" / "huggingface"

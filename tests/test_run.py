@@ -1,0 +1,219 @@
+"""`imgbuild run` (pipeline/run.py, image/launch.py): a model to a serving endpoint on this host.
+
+Here there is no GPU, so the real path is run with the CPU image: tiny-cpu's server
+(payload/serve.py, transformers on CPU) is started as `docker run` from the Launch, watched
+through its phases until /health and /v1/models answer, asked for a completion, and stopped
+by Ctrl-C, leaving no container. The failure path runs a server that cannot load its model:
+the doctor reads its log. The headline image without a GPU is the slow test at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from .conftest import ROOT, WHEELS
+
+
+def env(**extra: str) -> dict:
+    e = dict(os.environ)
+    e.setdefault("UV_PYTHON_DOWNLOADS", "never")
+    e["HF_HUB_OFFLINE"] = "1"
+    if WHEELS:
+        e.setdefault("IMGBUILD_WHEELS", WHEELS)
+    return e | extra
+
+
+def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 900, **extra: str):
+    return subprocess.run([sys.executable, "-m", "imgbuild.cli", *args], cwd=cwd,
+                          env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def containers(label_value: str) -> list[str]:
+    r = subprocess.run(["docker", "ps", "-a", "--filter", f"label=imgbuild.run={label_value}",
+                        "--format", "{{.Names}}"], capture_output=True, text=True, timeout=60)
+    return r.stdout.split()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- without Docker ---------------------------------------------------------------------------
+
+def test_dry_run_prints_the_docker_line_and_starts_nothing():
+    r = imgbuild("run", "sglang-blackwell", "--model", "k2.6", "--dry-run", "--port", "31000")
+    assert r.returncode == 0, r.stderr[-2000:]
+    argv = shlex.split(r.stdout)
+    assert argv[:2] == ["docker", "run"]
+    image = next(i for i, a in enumerate(argv) if a.startswith("imgbuild:sglang-blackwell-k2.6-"))
+    flags, command = argv[2:image], argv[image + 1:]
+    pairs = set(zip(flags, flags[1:]))
+    assert {("--gpus", "all"), ("--ipc", "host"), ("-p", "31000:30000"),
+            ("--ulimit", "memlock=-1")} <= pairs
+    assert ("-v", "/root/.cache/huggingface:/root/.cache/huggingface:rw") in pairs or any(
+        f.endswith("/root/.cache/huggingface:rw") for f in flags)
+    assert command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert ("--tp", "8") in set(zip(command, command[1:]))
+    assert "kimi_k2" in command  # the profile's engine flags
+    # Nothing started: this test is not marked docker, so tests/docker_guard.py fails it if
+    # the dry run so much as touches the Engine's socket.
+
+
+def test_run_names_what_it_does_not_know():
+    r = imgbuild("run", "no-such-thing", "--dry-run")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "neither a target nor a model profile" in said
+    assert "Traceback" not in said
+    r = imgbuild("run", "tiny-cpu", "--emit", "helm", "/tmp/x")
+    assert r.returncode == 2 and "--emit helm" in r.stderr
+
+
+def test_emit_writes_compose_and_kubernetes_files(tmp_path):
+    r = imgbuild("run", "sglang-blackwell", "--model", "k2.6", "--emit", "k8s",
+                 str(tmp_path / "k8s"), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "emitted" and doc["files"]
+    assert all(Path(f).is_file() for f in doc["files"])
+    r = imgbuild("run", "tiny-cpu", "--emit", "compose", str(tmp_path / "c"), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert any(f.endswith((".yaml", ".yml")) for f in json.loads(r.stdout)["files"])
+
+
+def test_a_gpu_model_on_a_host_without_gpus_is_refused_before_anything_starts(tmp_path):
+    """No nvidia-smi here: the fit says so, exit 3, nothing started."""
+    r = imgbuild("run", "k2.6", "--nvidia-smi", str(tmp_path / "no-nvidia-smi"))
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 3, said
+    assert "no NVIDIA GPU visible" in said and "Traceback" not in said
+
+
+# --- with Docker: the CPU image serves ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_image(docker_client) -> str:
+    """tiny-cpu built here (the demo's image, or built now)."""
+    r = imgbuild("tiny-cpu", "--json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)["content_tag"]
+
+
+@pytest.mark.docker
+def test_the_dry_run_line_runs_as_printed(tiny_image):
+    port = free_port()
+    r = imgbuild("run", "tiny-cpu", "--dry-run", "--port", str(port))
+    assert r.returncode == 0, r.stderr[-2000:]
+    argv = shlex.split(r.stdout)
+    name = argv[argv.index("--name") + 1] if "--name" in argv else None
+    assert name, argv
+    # The line as a user pastes it, detached so the test can talk to it.
+    started = subprocess.run([argv[0], argv[1], "-d", *argv[2:]], capture_output=True,
+                             text=True, timeout=300)
+    try:
+        assert started.returncode == 0, started.stderr
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(1)
+        models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert models["data"], models
+        got = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120,
+                            json={"prompt": "hello", "max_tokens": 4}).json()
+        assert got["usage"]["completion_tokens"] == 4
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+
+
+@pytest.mark.docker
+def test_run_serves_until_ctrl_c_and_leaves_no_container(tiny_image):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "run", "tiny-cpu", "--port",
+                             str(port), "--progress", "plain"], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out_lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out_lines.append(line)
+            if "curl -s" in line or "try" in line:
+                break
+        said = "".join(out_lines)
+        assert "is serving" in said and f"127.0.0.1:{port}" in said, said
+        got = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120,
+                            json={"prompt": "The capital of France is", "max_tokens": 3}).json()
+        assert got["choices"][0]["text"] is not None
+        # A second run of the same model while this one serves: refused before starting.
+        r = imgbuild("run", "tiny-cpu", "--port", str(free_port()))
+        assert r.returncode == 2 and "already served here" in r.stderr, r.stderr[-2000:]
+        assert containers("tiny-nvfp4") or containers("tiny-cpu")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 130, err[-2000:]
+        assert "preflight: ran on this host" in err and "IMGBUILD_PREFLIGHT=0" in err
+        assert "loading weights" in err and "ready" in err  # the phases, as they came
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert containers("tiny-nvfp4") == [] and containers("tiny-cpu") == []
+
+
+@pytest.mark.docker
+def test_a_server_that_never_answers_is_read_by_the_doctor(tiny_image, tmp_path):
+    """A model the container cannot have (a hub id, offline, no cache mounted): the server
+    dies loading it, and the run ends with the doctor's reading of its log, exit 1, no
+    container left."""
+    proj = tmp_path / "p"
+    (proj / "images" / "models").mkdir(parents=True)
+    (proj / "imgbuild.yaml").write_text("{}\n")
+    (proj / "images" / "models" / "hub.yaml").write_text(
+        "checkpoint: Qwen/Qwen3-0.6B\nsize_gb: 1.2\ntensor_parallel: 1\nquantization: {}\n")
+    r = imgbuild("tiny-cpu", "--model", "hub", "--json", cwd=proj, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]  # its image: the labels name the model
+    r = imgbuild("run", "tiny-cpu", "--model", "hub", "--port", str(free_port()), "--json",
+                 "--model-cache", str(tmp_path / "empty-cache"), cwd=proj, timeout=900)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "exited"
+    ids = [d["id"] for d in doc["doctor"]["diagnoses"]]
+    assert ids and ids[0] == "hf-model-not-cached", ids
+    assert containers("hub") == []
+
+
+# --- the headline image, no GPU (11 GB) --------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_headline_image_without_a_gpu_ends_with_the_doctors_diagnosis(docker_client):
+    """SGLang 0.5.23 starts for real and stops for want of a GPU; the run says why (the
+    doctor's no-gpu-visible), exit 1, no container left. The image's own preflight is let
+    through (--no-preflight), as a user may."""
+    r = imgbuild("sglang-blackwell", "--model", "tiny-nvfp4", "--json", timeout=3600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = imgbuild("run", "sglang-blackwell", "--model", "tiny-nvfp4", "--no-preflight",
+                 "--port", str(free_port()), "--json", "--timeout", "600", timeout=900)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "exited"
+    assert doc["doctor"]["diagnoses"][0]["id"] == "no-gpu-visible"
+    assert any("No accelerator" in line for line in doc["log_tail"])
+    assert containers("tiny-nvfp4") == []
+
