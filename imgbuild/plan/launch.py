@@ -137,13 +137,6 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
     else:
         local = _local_dir(profile, root)
         if local is None:  # a Hugging Face repo id, through the host's cache
-            if plan.engine == "transformers":
-                raise InputError(
-                    f"the transformers server reads a checkpoint directory; "
-                    f"{profile.path} names the hub repo {profile.checkpoint}",
-                    facts=["imgbuild/payload/serve.py --model takes a local directory"],
-                    hint="download it (huggingface-cli download) and point the profile's "
-                         "checkpoint: at the directory")
             cache = Path(model_cache).expanduser() if model_cache else \
                 Path(src.hf_cache_host).expanduser()
             volumes.append((str(cache), src.hf_cache_container, "rw"))
