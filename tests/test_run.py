@@ -101,6 +101,58 @@ def test_a_gpu_model_on_a_host_without_gpus_is_refused_before_anything_starts(tm
     assert "no NVIDIA GPU visible" in said and "Traceback" not in said
 
 
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+
+
+def recorded_nvidia_smi(tmp_path: Path, host: str) -> Path:
+    """An nvidia-smi that answers imgbuild's two queries with a recorded host's outputs."""
+    exe = tmp_path / "nvidia-smi"
+    d = FIXTURES / host
+    exe.write_text("#!/bin/sh\ncase \"$*\" in\n"
+                   f"  *--query-gpu=*) cat '{d / 'gpus.csv'}';;\n"
+                   f"  *--query-compute-apps=*) cat '{d / 'apps.csv'}' 2>/dev/null;;\n"
+                   "  *) exit 2;;\nesac\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_a_model_alone_is_served_by_the_target_that_fits_the_recorded_host(tmp_path):
+    smi = recorded_nvidia_smi(tmp_path, "rtx-pro-6000-8x-ok")
+    r = imgbuild("run", "k2.6", "--nvidia-smi", str(smi), "--dry-run", "--progress", "plain")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "imgbuild:sglang-blackwell-k2.6-" in r.stdout
+    said = r.stderr
+    assert "chosen: sglang-blackwell (linux/amd64): exact SASS match" in said
+    assert "no: sglang-hopper (linux/amd64): sm90 code, none runs on sm120" in said
+    assert "no: tiny-cpu (linux/amd64): CPU target" in said
+
+
+@pytest.mark.parametrize("host, code, words", [
+    ("h100-8x-sm90", 3, ["driver 565.57.01", "then 'sglang-hopper' fits"]),
+    ("b200-8x-driver-570", 3, ["host has 570.133.20", "580.65.06"]),
+])
+def test_a_host_no_target_fits_is_refused_with_the_facts(tmp_path, host, code, words):
+    smi = recorded_nvidia_smi(tmp_path, host)
+    r = imgbuild("run", "k2.6", "--nvidia-smi", str(smi), "--dry-run")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == code, said
+    assert "no target fits this host for model k2.6" in said
+    assert all(w in said for w in words), said
+    assert r.stdout == "" and "Traceback" not in said
+
+
+def test_a_busy_gpu_stops_the_run_before_anything_starts(tmp_path):
+    """GPU0 held by a stale process: the run (not a dry run) is refused, naming it; the guard
+    fails this test (not marked docker) if the refusal came after touching the Engine."""
+    smi = recorded_nvidia_smi(tmp_path, "rtx-pro-6000-8x-stale-gpu0")
+    r = imgbuild("run", "sglang-blackwell", "--model", "k2.6", "--nvidia-smi", str(smi),
+                 "--model-dir", str(tmp_path))
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 3, said
+    assert "fits this host, but the host is busy" in said
+    assert "GPU0 has 55.0 GiB in use (pid 2841907" in said
+
+
 # --- with Docker: the CPU image serves ---------------------------------------------------------
 
 @pytest.fixture(scope="module")

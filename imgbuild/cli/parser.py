@@ -147,8 +147,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=1800,
                    help="seconds to wait for the server to answer (default 1800)")
     s.add_argument("--nvidia-smi", help="the nvidia-smi binary to read the GPUs with")
-    s.add_argument("--model-cache", help="the host's model cache to mount (default: HF_HOME, "
-                                         "else ~/.cache/huggingface)")
+    s.add_argument("--model-dir", "--model-cache", dest="model_cache",
+                   help="the host's model cache to mount, where the model is or will be "
+                        "downloaded (default: HF_HOME, else ~/.cache/huggingface)")
     s = sub.add_parser("index", parents=[common],
                        help="assemble a multi-platform target's OCI image index from its pushed "
                             "platform images, then move its tags onto it")

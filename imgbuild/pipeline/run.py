@@ -82,9 +82,10 @@ class RunReport:
 
 
 def choose(ws: Workspace, subject: str, model: str | None, host: host_checks.Host | None,
-           ) -> tuple[str, str | None, FitReport | None]:
+           *, starting: bool = True) -> tuple[str, str | None, FitReport | None]:
     """(target, model, fit): SUBJECT is a target, or a model profile the host's best-fitting
-    target serves."""
+    target serves. starting=False (a dry run, --emit): a target that fits the hardware is
+    chosen even while the host is busy (a full disk, a GPU held): nothing starts now."""
     cat = ws.catalog
     if subject in cat.targets:
         return subject, model, None
@@ -96,7 +97,7 @@ def choose(ws: Workspace, subject: str, model: str | None, host: host_checks.Hos
         if host is None:
             host = host_checks.probe()
         report = fit_targets(ws, host, model=subject)
-        if (err := report.refusal()) is not None:
+        if (err := report.refusal()) is not None and (starting or report.chosen is None):
             raise err
         assert report.chosen is not None
         return report.chosen.name, subject, report
@@ -114,13 +115,16 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
         nvidia_smi: str | None = None, model_cache: Path | None = None,
         on_ready: Callable[[RunReport], None] = lambda _r: None,
         progress: Progress = SILENT) -> RunReport:
-    offline = dry_run or emit is not None  # nothing is started: this host is not judged
-    host = None if offline else host_checks.probe(
+    # This host is read unless nothing will start on it and the target is given: a model
+    # alone is served by the target that fits the host, so choosing reads it even for a dry run.
+    offline = dry_run or emit is not None
+    host = None if offline and subject in ws.catalog.targets else host_checks.probe(
         nvidia_smi=nvidia_smi, model_dir=str(model_cache or default_model_cache()))
-    target, model, fit = choose(ws, subject, model, host)
+    target, model, fit = choose(ws, subject, model, host, starting=not offline)
     if fit is not None:
-        progress.note(f"{target} fits this host best for {model}: "
-                      + "; ".join(fit.chosen.reasons if fit.chosen else ()))
+        for row in fit.rows:  # which targets fit, and why the others do not
+            progress.note(f"{'chosen' if row is fit.chosen else 'fits' if row.fits else 'no'}"
+                          f": {row.name} ({row.platform}): {row.summary}")
     t = ws.catalog.target(target)
     here = host_platform()
     plan = make_plan(ws, target, model=model, repository=registry_name or "imgbuild",
