@@ -19,6 +19,7 @@ from imgbuild.workspace import Builtin
 
 from . import golden
 from .conftest import REGISTRY_HOST, ROOT
+from .test_init import NVFP4_CONFIG
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
 
@@ -112,15 +113,7 @@ def test_every_command_works_from_an_empty_directory(plain_install, empty):
     # check-model with a built-in --target: that target's locked engine and compressed-tensors.
     ckpt = cwd.parent / "ckpt"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen3ForCausalLM"], "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-            "ignore": ["lm_head"], "config_groups": {"group_0": {
-                "targets": ["Linear"], "format": "nvfp4-pack-quantized",
-                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
-                            "group_size": 16, "symmetric": True},
-                "input_activations": {"num_bits": 4, "type": "float", "group_size": 16,
-                                      "strategy": "tensor_group", "dynamic": "local"}}}}}))
+    (ckpt / "config.json").write_text(json.dumps(NVFP4_CONFIG))
     r = user(plain_install, "check-model", str(ckpt), "--target", "sglang-blackwell", "--json",
              cwd=cwd, home=home)
     assert r.returncode == 0, r.stderr[-2000:]
