@@ -229,6 +229,36 @@ def test_run_serves_until_ctrl_c_and_leaves_no_container(tiny_image):
 
 
 @pytest.mark.docker
+def test_a_server_that_dies_after_it_served_ends_the_run_with_its_log(tiny_image):
+    """Ready, then killed from outside: the run ends (exit 1) with the server's last lines,
+    and removes what is left of the container."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "run", "tiny-cpu", "--port",
+                             str(port), "--json"], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(1)
+        names = containers("tiny-cpu")
+        assert names, "no container serving"
+        subprocess.run(["docker", "kill", names[0]], capture_output=True, timeout=60)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    doc = json.loads(out)
+    assert doc["status"] == "exited" and doc["container_exit"] == 137
+    assert any("serve: ready" in line for line in doc["log_tail"])
+    assert containers("tiny-cpu") == []
+
+
+@pytest.mark.docker
 def test_a_server_that_never_answers_is_read_by_the_doctor(tiny_image, tmp_path):
     """A model the container cannot have (a hub id, offline, no cache mounted): the server
     dies loading it, and the run ends with the doctor's reading of its log, exit 1, no

@@ -165,6 +165,13 @@ def _first_model(url: str) -> str | None:
         return None
 
 
+def logs(container_id: str, tail: int = LOG_LINES) -> str:
+    """The container's log (stdout and stderr, as it printed them), its last `tail` lines."""
+    r = daemon.run_cli(["logs", "--tail", str(tail), container_id], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, errors="replace", timeout=120)
+    return r.stdout
+
+
 def wait_exit(container_id: str, poll_s: float = 1.0) -> int | None:
     """Block until the container stops (the user's Ctrl-C ends the wait first)."""
     while True:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..checks.doctor import OTHER_CAUSE, Diagnosis, diagnose, to_dict
+from ..checks.doctor import Diagnosis, diagnose, to_dict
 from ..errors import EXIT_FAILED, EXIT_OK, InputError, JobFailed
 from ..image import daemon
 from ..image import launch as container
@@ -205,8 +205,7 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                     preflight_where=where, image_action=action, phases=tuple(w.phases),
                     seconds=w.seconds, notes=tuple(notes))
         if w.status != "ready":
-            diags = tuple(d for d in diagnose(w.log, ws.failures) if d.id != OTHER_CAUSE) or \
-                tuple(diagnose(w.log, ws.failures))
+            diags = tuple(diagnose(w.log, ws.failures))
             tail = tuple(list(w.lines)[-40:])
             left = keep
             return RunReport(status=w.status, container_exit=w.exit_code, diagnoses=diags,
@@ -217,13 +216,12 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
             left = True
             return ready
         code = container.wait_exit(cid)  # until the server stops, or Ctrl-C / SIGTERM
-        w2 = container.Watch()
         left = keep
-        if code not in (0, None):
-            w2 = container.watch(launch, cid, timeout_s=0)
-            diags = tuple(diagnose(w2.log, ws.failures))
-            return RunReport(status="exited", container_exit=code, diagnoses=diags,
-                             log_tail=tuple(list(w2.lines)[-40:]), kept=keep, **base)
+        if code not in (0, None):  # it served, then died: the doctor reads why
+            log = container.logs(cid)
+            return RunReport(status="exited", container_exit=code,
+                             diagnoses=tuple(diagnose(log, ws.failures)),
+                             log_tail=tuple(log.splitlines()[-40:]), kept=keep, **base)
         return RunReport(status="stopped", container_exit=code, kept=keep, **base)
     finally:
         if not left:
