@@ -130,7 +130,9 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
     plan = make_plan(ws, target, model=model, repository=registry_name or "imgbuild",
                      platform=here if here in t.platforms else None)
     profile = ws.model(plan.model) if plan.model else None
-    launch = launch_for(plan, profile, ws.launch, host_port=port, model_cache=model_cache)
+    # One cache for both: the one the host check measures is the one the container mounts.
+    launch = launch_for(plan, profile, ws.launch, host_port=port,
+                        model_cache=model_cache or default_model_cache())
     if dry_run:
         return RunReport(target, plan.model, launch, "dry-run", fit)
     if emit is not None:
