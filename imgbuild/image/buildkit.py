@@ -21,6 +21,14 @@ from .daemon import cli
 
 _STEP = re.compile(r"^#(\d+) \[(?:[^\]]*?)(\d+)/(\d+)\] (.*)$")
 _STEP_LINE = re.compile(r"^#(\d+) ")
+# BuildKit's own step for each --cache-from: it fetches that image's config and reads the
+# inline cache (the `moby.buildkit.cache.v0` key) from it. A ref that does not exist or cannot
+# be reached ends this step with ERROR and the build goes on without it (exit 0).
+_IMPORTING = re.compile(r"^#(\d+) importing cache manifest from (\S+)\s*$")
+
+# Every image carries its cache metadata in its config, so that a machine with an empty
+# BuildKit cache (a fresh CI runner) can reuse its layers by naming it in --cache-from.
+INLINE_CACHE = ("--build-arg", "BUILDKIT_INLINE_CACHE=1")
 
 
 def _title(instruction: str) -> str:
@@ -36,17 +44,24 @@ class BuildResult:
     seconds: float
     steps: int
     cached_steps: int
+    # The --cache-from refs whose image BuildKit read (their inline cache, if they carry one);
+    # those it could not (no such tag yet, unreachable) are left out: it built on without.
+    cache_imported: tuple[str, ...] = ()
 
 
 def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                  progress: Progress = SILENT, log_path: Path | None = None,
-                 no_cache: bool = False) -> BuildResult:
-    """Run `docker build`; show the current step; on failure raise with that step's log tail."""
+                 no_cache: bool = False, cache_from: tuple[str, ...] = ()) -> BuildResult:
+    """Run `docker build`; show the current step; on failure raise with that step's log tail.
+
+    cache_from: images (in a registry) whose inline cache BuildKit may reuse layers from
+    when its own cache lacks them; one that does not exist is skipped, not an error."""
     iid = context / "image-id"
     args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
-            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
+            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}", *INLINE_CACHE,
             "--label", f"io.imgbuild.content-key={plan.content_key}",
             *secrets.args(), *(["--no-cache"] if no_cache else []),
+            *[a for ref in cache_from for a in ("--cache-from", ref)],
             # Another CPU's image: BuildKit runs its steps under QEMU (binfmt_misc).
             *(["--platform", f"linux/{DEBIAN_ARCH[plan.cpu_arch]}"]
               if plan.cpu_arch != host_cpu() else []),
@@ -59,6 +74,7 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     by_step: dict[str, deque[str]] = {}
     titles: dict[str, str] = {}
     cached: set[str] = set()
+    importing: dict[str, str] = {}  # step -> the --cache-from ref it reads
     fetching: dict[str, int] = {}  # uv: package -> bytes it said it downloads
     fetched = 0
     total = 0
@@ -76,6 +92,9 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
             tail.append(line)
             if log:
                 log.write(line + "\n")
+            if (im := _IMPORTING.match(line)) is not None:
+                importing[im.group(1)] = im.group(2)
+                status(f"building {plan.content_tag}: reading the cache of {im.group(2)}")
             m = _STEP.match(line)
             if m:
                 sid, n, total = m.group(1), int(m.group(2)), int(m.group(3))
@@ -105,9 +124,18 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     if log:
         log.close()
     secs = time.monotonic() - start
+    missed = {sid for sid in importing
+              if any(" ERROR" in ln for ln in by_step.get(sid, ()))}
+    for sid in sorted(missed):
+        why = next(ln.split(" ERROR: ", 1)[-1] for ln in by_step[sid] if " ERROR" in ln)
+        # "not found": a tag not pushed yet, the usual case. Anything else (no login, the
+        # registry unreachable) costs a full build and is worth a line.
+        if not why.rstrip().endswith("not found"):
+            progress.note(f"no cache read from {importing[sid]}: {why[:200]}", level="warn")
     if rc != 0:
-        failed = next((sid for sid, lines in by_step.items()
-                       if any(" ERROR" in ln for ln in lines)), None)
+        # A cache that could not be read is not why a build failed: BuildKit went on without it.
+        failed = next((sid for sid, lines in by_step.items() if sid not in importing
+                       and any(" ERROR" in ln for ln in lines)), None)
         step_tail = list(by_step.get(failed, tail)) if failed else list(tail)
         title = titles.get(failed or "", "the build")
         unpullable = _unpullable_base(plan, step_tail)
@@ -127,7 +155,10 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                              + (f"; full log in {log_path}" if log_path else ""),
                         log_tail=step_tail)
     image_id = iid.read_text().strip() if iid.exists() else ""
-    return BuildResult(image_id, secs, len(titles), len(cached & set(titles)))
+    imported = tuple(ref for sid, ref in importing.items() if sid not in missed)
+    for ref in imported:
+        progress.note(f"  cache read from {ref}")
+    return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported)
 
 
 # uv, where its output is not a terminal: " Downloading torch (174.8MiB)", " Downloaded torch".
