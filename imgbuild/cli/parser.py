@@ -114,6 +114,10 @@ def parser() -> argparse.ArgumentParser:
                         "io.imgbuild.smoke-gate=forced, so it has a content tag of its own)")
     s.add_argument("--no-cache", action="store_true",
                    help="run every build step again (BuildKit's layer cache unused; uv's kept)")
+    s.add_argument("--no-cache-from", action="store_true",
+                   help="do not reuse layers from this target's images in the --registry "
+                        "(by default their inline cache is read: a fresh machine rebuilds "
+                        "only what changed)")
     s.add_argument("--log-dir", help="keep the full build log here")
     s = sub.add_parser("pull", parents=[common, select],
                        help="pull the prebuilt image for a target")

@@ -44,6 +44,7 @@ class BuildOptions:
     force: bool = False  # move the moving tags even if the smoke test fails
     platforms: tuple[str, ...] | None = None  # --platform: some of the target's (default all)
     no_cache: bool = False
+    cache_from: bool = True  # reuse layers from this target's images in the registry
     log_dir: Path | None = None
     resmoke: bool = False  # run the smoke test even if this image passed it before
 
@@ -87,7 +88,8 @@ class Outcome:
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
             "build": None if b.build is None else {
                 "seconds": round(b.build.seconds, 1), "steps": b.build.steps,
-                "cached_steps": b.build.cached_steps},
+                "cached_steps": b.build.cached_steps,
+                "cache_imported": list(b.build.cache_imported)},
         }
 
 
@@ -194,7 +196,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         built = obtain(ws, plan, lock, client, repo, rebuild=opts.rebuild,
                        smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
                                                      client, repo, progress=progress),
-                       no_cache=opts.no_cache, log_dir=opts.log_dir, progress=progress)
+                       no_cache=opts.no_cache, log_dir=opts.log_dir,
+                       cache_from=cache_refs(plan, repo, opts), progress=progress)
         if opts.push and plan.smoke_model:
             # Other machines fetch the checkpoint by its recipe key instead of generating it.
             publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
@@ -204,6 +207,17 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
                             commit=attest.git_commit(ws.images), progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
+
+
+def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tuple[str, ...]:
+    """The images in the registry whose layers this build may reuse (their inline cache): this
+    content tag (a --rebuild), then the moving tags, which hold the target's previous image. A
+    fresh CI runner has no BuildKit cache: without these, an engine-only bump (a new rest
+    lock, the same heavy layer) would rebuild torch and the CUDA wheels. A tag not there yet is
+    skipped by BuildKit."""
+    if repo.host is None or opts.no_cache or not opts.cache_from:
+        return ()
+    return plan.refs
 
 
 def earlier_report(plan: Plan, built: Built, client,

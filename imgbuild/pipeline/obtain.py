@@ -33,8 +33,9 @@ class Built:
 def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository, *,
            smoke_dir: Callable[[], Path | None] = lambda: None, rebuild: bool = False,
            no_cache: bool = False, log_dir: Path | None = None,
-           progress: Progress = SILENT) -> Built:
-    """The image for the content tag: already here, in the registry (pulled), or built."""
+           cache_from: tuple[str, ...] = (), progress: Progress = SILENT) -> Built:
+    """The image for the content tag: already here, in the registry (pulled), or built
+    (reusing the layers of the images `cache_from` names, by their inline cache)."""
     if not rebuild:
         if (img := daemon.local_image(client, plan.ref())) is not None:
             progress.note(f"{plan.ref()} is already here: nothing to build")
@@ -46,14 +47,15 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir(), no_cache=no_cache,
-                         log_dir=log_dir, progress=progress)
+                         log_dir=log_dir, cache_from=cache_from, progress=progress)
     img = client.images.get(plan.ref())
     return Built("built", img.id, img.attrs.get("Size", 0), result)
 
 
 def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
                 *, smoke_dir: Path | None = None, no_cache: bool = False,
-                log_dir: Path | None = None, progress: Progress = SILENT) -> BuildResult:
+                log_dir: Path | None = None, cache_from: tuple[str, ...] = (),
+                progress: Progress = SILENT) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag on success only."""
     if plan.cpu_arch != base_image.host_cpu():
@@ -74,7 +76,8 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
-                                progress=progress, log_path=log_path, no_cache=no_cache)
+                                progress=progress, log_path=log_path, no_cache=no_cache,
+                                cache_from=cache_from)
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise

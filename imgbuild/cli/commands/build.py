@@ -12,7 +12,8 @@ def run(args, out) -> int:
                         archs=archs(args, ws), flavor=args.flavor, push=args.push,
                         platforms=platforms(args),
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
-                        no_cache=args.no_cache, resmoke=args.resmoke,
+                        no_cache=args.no_cache, cache_from=not args.no_cache_from,
+                        resmoke=args.resmoke,
                         log_dir=logs)
     outcome = build_target(ws, opts, out.progress())
     if isinstance(outcome, MultiOutcome):
