@@ -95,6 +95,47 @@ def test_bake_file_is_well_formed_and_holds_what_imgbuild_renders(shipped):
     assert set(groups) == {"default", "sglang", "vllm", "transformers"}
     assert groups["vllm"]["targets"] == ["vllm-blackwell"]
     assert len(groups["sglang"]["targets"]) == 7
+    # No registry host: no cache to read from or write for one.
+    assert not {"cache-from", "cache-to"} & {k for t in doc["target"].values() for k in t}
+
+
+def test_bake_reads_and_writes_the_inline_cache_of_the_registry_images():
+    """With a registry, each target imports the inline cache of its content tag and its moving
+    tags (the previous image: an engine bump on a fresh runner reuses its heavy layer) and
+    writes its own inline cache into the image it pushes."""
+    repo = "ghcr.io/acme/imgbuild"
+    jobs = matrix.jobs(WS, repository=repo)
+    doc = matrix.bake(jobs, WS)
+    assert matrix.check_bake(doc) == []
+    for j in jobs:
+        t = doc["target"][j.name]
+        assert t["cache-from"] == [f"type=registry,ref={r}" for r in j.plan.refs]
+        assert t["cache-to"] == ["type=inline"]
+        assert t["tags"] == [j.plan.ref()]
+    tiny = doc["target"]["tiny-cpu"]["cache-from"]
+    assert tiny[0].startswith(f"type=registry,ref={repo}:tiny-cpu-")
+    assert f"type=registry,ref={repo}:tiny-cpu" in tiny  # the moving tag: the previous image
+
+
+def test_bake_checker_reads_the_cache_attributes(shipped):
+    cat, jobs = shipped
+    doc = json.loads(json.dumps(matrix.bake(jobs[:1], WS)))
+    t = doc["target"][jobs[0].name]
+    t["cache-from"] = ["type=registry,ref=ghcr.io/a/b:t", "ghcr.io/a/b:t", "type=inline",
+                       "type=registry", "type=registry,ref=Not A Ref", "type=local,src=d",
+                       "type=local,src"]
+    t["cache-to"] = ["type=inline", "type=registry,ref=ghcr.io/a/b:cache,mode=max",
+                     "type=local", "type=nope"]
+    problems = matrix.check_bake(doc)
+    where = f"target {jobs[0].name!r}"
+    assert sorted(problems) == sorted([
+        f"{where}: cache-from type 'inline' is not one of azblob, gha, local, registry, s3",
+        f"{where}: cache-from type=registry needs ref=",
+        f"{where}: cache-from ref 'Not A Ref' is not a valid image reference",
+        f"{where}: cache-from 'type=local,src' is not a list of key=value",
+        f"{where}: cache-to type=local needs dest=",
+        f"{where}: cache-to type 'nope' is not one of azblob, gha, inline, local, registry, s3",
+    ])
 
 
 def test_bake_checker_is_not_vacuous(shipped):

@@ -24,10 +24,13 @@ them passed (`imgbuild index`), which is when the target's moving tags move.
 How CI uses the bake file: Bake builds and pushes the *content tag* only; the context each
 target names is assembled by imgbuild (`write_contexts`: the lock in two parts, uv, the
 payload, the smoke checkpoint, carried wheels: the same files `imgbuild build` uses), then
-`docker buildx bake -f bake.json --push`. The moving tags are not in the bake file on purpose:
-they move only after a passing smoke report, which `imgbuild build TARGET --push --registry R`
-does next on a runner of the job's kind (it finds the image by its content tag in the registry
-instead of building it, smoke-tests it, stores the report and moves the tags).
+`docker buildx bake -f bake.json --push`. With a registry host in the repository, each
+target reads the inline cache of its images there (`cache-from`: content tag, moving tags) and
+writes its own into the image it pushes (`cache-to: type=inline`), so a fresh runner reuses
+the previous image's heavy layer on an engine bump. The moving tags are not in the bake file
+on purpose: they move only after a passing smoke report, which `imgbuild build TARGET --push
+--registry R` does next on a runner of the job's kind (it finds the image by its content tag in
+the registry instead of building it, smoke-tests it, stores the report and moves the tags).
 """
 
 from __future__ import annotations
@@ -276,6 +279,7 @@ def bake(job_list: list[Job], ws: Workspace, *, context_dir: str = DEFAULT_CONTE
             "labels": labels,
             "args": {"IMGBUILD_INDEX_FLAGS": index_flags(plan, carried)},
             "platforms": [j.platform],
+            **bake_cache(plan),
         }
         groups.setdefault(j.engine, []).append(j.name)
     out_groups = {"default": {"targets": list(targets)}}
@@ -283,6 +287,17 @@ def bake(job_list: list[Job], ws: Workspace, *, context_dir: str = DEFAULT_CONTE
         gname = engine if engine not in targets and engine != "default" else f"engine-{engine}"
         out_groups[gname] = {"targets": names}
     return {"group": out_groups, "target": targets}
+
+
+def bake_cache(plan: Plan) -> dict[str, list[str]]:
+    """Where a fresh runner's BuildKit finds the layers it may reuse: the inline cache of this
+    target's images in the registry (its content tag, for a rerun; its moving tags, the
+    previous image, for an engine bump that keeps the heavy layer). `cache-to: inline` writes
+    that cache into the image Bake pushes. Nothing without a registry host to read it from."""
+    if registry.Repository.parse(plan.repository).host is None:
+        return {}
+    return {"cache-from": [f"type=registry,ref={r}" for r in plan.refs],
+            "cache-to": ["type=inline"]}
 
 
 def _plan(j: Job) -> Plan:
@@ -329,6 +344,39 @@ BAKE_TARGET_ATTRS = {
 _TAG = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
                   r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PLATFORM = re.compile(r"^linux/(amd64|arm64|arm/v7|ppc64le|s390x|riscv64)$")
+# An image reference: a tag, a digest, or both (cache-from/cache-to `ref=`).
+_REF = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                  r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                  r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+# The cache backends and the attribute each needs (docs.docker.com/build/cache/backends/):
+# to import (cache-from), and to export (cache-to). inline exports only: it is read back
+# through type=registry.
+_CACHE_NEEDS = {"cache-from": {"registry": "ref", "local": "src", "gha": None, "s3": None,
+                               "azblob": None},
+                "cache-to": {"registry": "ref", "local": "dest", "inline": None, "gha": None,
+                             "s3": None, "azblob": None}}
+
+
+def _cache_problems(where: str, attr: str, entry: str) -> list[str]:
+    """One cache-from/cache-to entry: `type=T,key=value,...`, or a bare image reference
+    (short for type=registry,ref=REF)."""
+    if "=" not in entry:
+        return [] if _REF.match(entry) else [f"{where}: {attr} {entry!r} is not an image "
+                                             "reference nor type=...,key=value"]
+    pairs = [kv.split("=", 1) for kv in entry.split(",")]
+    if any(len(kv) != 2 or not kv[0] for kv in pairs):
+        return [f"{where}: {attr} {entry!r} is not a list of key=value"]
+    fields = dict(pairs)
+    kind = fields.get("type", "registry")
+    if kind not in _CACHE_NEEDS[attr]:
+        return [f"{where}: {attr} type {kind!r} is not one of "
+                f"{', '.join(sorted(_CACHE_NEEDS[attr]))}"]
+    need = _CACHE_NEEDS[attr][kind]
+    if need and need not in fields:
+        return [f"{where}: {attr} type={kind} needs {need}="]
+    if need == "ref" and not _REF.match(fields["ref"]):
+        return [f"{where}: {attr} ref {fields['ref']!r} is not a valid image reference"]
+    return []
 
 
 def check_bake(doc: dict) -> list[str]:
@@ -374,6 +422,10 @@ def check_bake(doc: dict) -> list[str]:
         for tag in t.get("tags", []) if isinstance(t.get("tags"), list) else []:
             if not isinstance(tag, str) or not _TAG.match(tag):
                 problems.append(f"{where}: {tag!r} is not a valid image reference")
+        for attr in ("cache-from", "cache-to"):
+            for entry in t.get(attr, []) if isinstance(t.get(attr), list) else []:
+                if isinstance(entry, str):
+                    problems += _cache_problems(where, attr, entry)
         for p in t.get("platforms", []) if isinstance(t.get("platforms"), list) else []:
             if not isinstance(p, str) or not _PLATFORM.match(p):
                 problems.append(f"{where}: platform {p!r} is not os/arch")
