@@ -28,6 +28,7 @@ from .catalog.launch import LaunchTable, load_launch
 from .catalog.layers import BUILTIN, PROJECT, Layer
 from .catalog.models import ModelProfile
 from .catalog.patches import Patch, load_patches
+from .catalog.registries import RegistryTable, load_registries
 from .catalog.schema import Doc, read_yaml
 from .catalog.targets import Target
 from .errors import InputError
@@ -211,6 +212,11 @@ class Workspace:
     @cached_property
     def launch(self) -> LaunchTable:
         return load_launch([layer.images for layer in self.layers])
+
+    @cached_property
+    def registries(self) -> RegistryTable:
+        """How pushes to each registry are written (layer compression)."""
+        return load_registries([layer.images for layer in self.layers])
 
     @cached_property
     def failures(self) -> FailureCatalog:

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from imgbuild.cli.console import JsonProgress, PlainProgress, RichProgress
-from imgbuild.image import registry
+from imgbuild.image import registry, wire
 from imgbuild.image.registry import MANIFEST_TYPES, Repository
 from imgbuild.progress import Transfer
 
@@ -68,7 +68,7 @@ def test_push_then_pull_events_add_up_to_the_manifest(docker_client, private_reg
     repo = f"progress-{uuid.uuid4().hex[:8]}"
     ref = unique_image(docker_client, tmp_path, f"{private_registry.host}/{repo}:one")
     out = io.StringIO()
-    digest = registry.push(docker_client, ref, JsonProgress(out))
+    digest = wire.push_ref(docker_client, ref, JsonProgress(out))
     pushed = events(out)
     [done] = [e for e in pushed if e["event"] == "transfer-done"]
     sizes = layer_sizes(private_registry, repo, "one")
@@ -81,7 +81,7 @@ def test_push_then_pull_events_add_up_to_the_manifest(docker_client, private_reg
     # nothing is counted as traffic.
     docker_client.images.get(ref).tag(f"{private_registry.host}/{repo}", "two")
     out2 = io.StringIO()
-    assert registry.push(docker_client, f"{private_registry.host}/{repo}:two",
+    assert wire.push_ref(docker_client, f"{private_registry.host}/{repo}:two",
                          JsonProgress(out2)) == digest
     again = events(out2)
     assert [e["state"] for e in again if e["event"] == "layer"] == ["exists"] * 3
@@ -111,7 +111,7 @@ def test_plain_mode_says_existing_layers_once_and_the_totals(docker_client, priv
                                                             tmp_path):
     repo = f"progress-{uuid.uuid4().hex[:8]}"
     ref = unique_image(docker_client, tmp_path, f"{private_registry.host}/{repo}:one")
-    registry.push(docker_client, ref)
+    wire.push_ref(docker_client, ref)
     docker_client.images.remove(ref)
     console = Console(file=io.StringIO(), width=200, force_terminal=False)
     plain = PlainProgress(console)

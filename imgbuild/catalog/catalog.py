@@ -72,7 +72,7 @@ class Catalog:
 
 
 # Files under images/ that are catalog data, not targets.
-DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml", "prune.yaml"}
+DATA_FILES = {"bases.yaml", "gpus.yaml", "cuda.yaml", "prune.yaml", "registries.yaml"}
 
 
 def load_catalog(root: Path | Sequence[Path] | Sequence[Layer]) -> Catalog:

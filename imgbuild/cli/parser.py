@@ -118,6 +118,10 @@ def parser() -> argparse.ArgumentParser:
                    help="do not reuse layers from this target's images in the --registry "
                         "(by default their inline cache is read: a fresh machine rebuilds "
                         "only what changed)")
+    s.add_argument("--compression", choices=("gzip", "zstd"),
+                   help="layer compression of the push (default: the --registry's rule in "
+                        "images/registries.yaml, else gzip). zstd is smaller and faster to "
+                        "unpack, and read only by containerd >= 1.5 and Docker Engine >= 23")
     s.add_argument("--log-dir", help="keep the full build log here")
     s = sub.add_parser("pull", parents=[common, select],
                        help="pull the prebuilt image for a target")

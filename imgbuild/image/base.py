@@ -24,7 +24,8 @@ from ..fsutil import atomic_write_text
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
 from . import daemon
-from .registry import Repository, check_reachable, manifest_digest, push
+from .registry import Repository, check_reachable, manifest_digest
+from .wire import push_ref
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild
     if registry:
         ref = f"{registry.name}:{registry_tag(base)}"
         img.tag(ref)
-        digest = push(client, ref)
+        digest = push_ref(client, ref)
         pushed = (f"{ref}@{digest}",)
     return BaseResult(base.image, img.id, time.monotonic() - start, img.attrs.get("Size", 0),
                       built, pushed, rootfs_of(img))

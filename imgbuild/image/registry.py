@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -13,9 +12,11 @@ from docker.errors import APIError, NotFound
 
 from ..errors import EnvError, InputError, JobFailed
 from ..progress import SILENT, Progress
+from .compression import ZSTD, engine_reads
 from .distribution import Client, insecure_hosts
 from .reference import parse_name
 
+OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -144,6 +145,11 @@ def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None
     return digest, out
 
 
+def get_manifest(repo: Repository, reference: str) -> tuple[str, dict] | None:
+    """(digest, document) of the manifest or index under a tag or digest; None when absent."""
+    return _get_manifest(repo, reference, MANIFEST_TYPES, "manifest")
+
+
 def _get_manifest(repo: Repository, tag: str, accept: str, what: str) -> tuple[str, dict] | None:
     """(digest, document) of the manifest under `tag`, its bytes checked against the digest
     the registry gives; None when the tag does not exist."""
@@ -172,42 +178,67 @@ def check_reachable(repo: Repository) -> None:
                        hint=f"check --registry {repo.name}")
 
 
-def push(client, ref: str, progress: Progress = SILENT) -> str:
-    """Push one tag; return the manifest digest the registry stored. The Engine's events go to
-    `progress` as they come (bytes per layer, layers the registry has already)."""
-    repo, _, tag = ref.rpartition(":")
-    digest = None
-    with progress.transfer("push", ref) as moving:
-        for line in client.images.push(repo, tag=tag, stream=True, decode=True):
-            moving.feed(line)
-            _push_event(line, ref, repo)
-            aux = line.get("aux") or {}
-            digest = aux.get("Digest", digest)
-    if not digest:
-        raise JobFailed(f"push of {ref} reported no digest")
-    return digest
+def tag_manifest(repo: Repository, source_tag: str, tag: str) -> str:
+    """Point `tag` at the manifest `source_tag` names (a moving tag follows the content tag:
+    the same bytes, the same digest, nothing uploaded but the manifest)."""
+    m = repo.api.request("GET", f"{repo.path}/manifests/{source_tag}", scope=repo.scope("pull"),
+                         headers={"Accept": MANIFEST_TYPES})
+    _expect(m, (200,), repo, f"the manifest of {source_tag}")
+    media = m.headers.get("Content-Type", OCI_MANIFEST_TYPE).split(";")[0].strip()
+    r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull", "push"),
+                         data=m.content, headers={"Content-Type": media})
+    _expect(r, (201,), repo, f"the tag {tag}")
+    return "sha256:" + hashlib.sha256(m.content).hexdigest()
 
 
-def _push_event(line: dict, ref: str, repo: str) -> None:
-    """An error in the Engine's push stream, as the one error a user sees."""
-    if "error" not in line:
+def _zstd_layers(client, repo: Repository, reference: str) -> tuple[str, dict, list] | None:
+    """(digest, manifest, its zstd layers) when this Engine cannot unpack them; else None."""
+    if repo.host is None:
+        return None
+    got = get_manifest(repo, reference)
+    if got is None:
+        return None  # the Engine's own pull says the tag is missing
+    digest, doc = got
+    if "manifests" in doc:
+        arch = client.version().get("Arch", "amd64")
+        entry = next((m for m in doc["manifests"]
+                      if (m.get("platform") or {}).get("architecture") == arch), None)
+        got = get_manifest(repo, entry["digest"]) if entry else None
+        if got is None:
+            return None
+        digest, doc = got
+    zstd = [layer for layer in doc.get("layers", []) if layer.get("mediaType", "").endswith("zstd")]
+    if not zstd or engine_reads(ZSTD, str(client.version().get("Version", ""))):
+        return None
+    return digest, doc, zstd
+
+
+def engine_can_read(client, repo: Repository, reference: str) -> bool:
+    """Whether this Engine could unpack the image under `reference` (True when it is absent)."""
+    return _zstd_layers(client, repo, reference) is None
+
+
+def check_readable(client, repo: Repository, reference: str) -> None:
+    """Refuse, before a byte of a layer moves, a pull this Engine could not unpack: layers in
+    zstd need Docker Engine 23 or newer (20.10 downloads them all, then fails on each with
+    "archive/tar: invalid tar header")."""
+    found = _zstd_layers(client, repo, reference)
+    if found is None:
         return
-    err = line["error"]
-    if re.search(r"denied|unauthori[sz]ed|authentication required", err, re.I):
-        # The Engine uses the same Docker config as every other registry call.
-        raise EnvError(f"registry {repo.split('/')[0]} refused the push of {ref}",
-                       facts=[err[:300]],
-                       hint="`docker login` with an account that may push there, then "
-                            "run the command again")
-    if re.search(r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|"
-                 r"no such host|server misbehaving", err, re.I):
-        raise EnvError(f"registry {repo.split('/')[0]} went away during the push of "
-                       f"{ref}", facts=[err[:300]],
-                       hint="nothing was tagged that points at a partial image; when "
-                            "the registry is back, run the command again (layers "
-                            "already pushed are not sent twice)")
-    raise JobFailed(f"push of {ref} failed", facts=[err],
-                    hint="check that the registry is up and accepts pushes")
+    digest, doc, zstd = found
+    version = str(client.version().get("Version", ""))
+    size = sum(int(layer.get("size", 0)) for layer in doc.get("layers", []))
+    raise EnvError(
+        f"this Docker Engine cannot unpack {repo.name}:{reference}: its layers are zstd",
+        facts=[f"{repo.name}@{digest}: {len(zstd)} of {len(doc.get('layers', []))} layers are "
+               f"{ZSTD.media_type} ({size / 1e9:.2f} GB to download)",
+               f"Docker Engine {version} here unpacks gzip only; zstd needs Docker Engine 23 "
+               "or newer (containerd reads it from 1.5)",
+               "nothing was downloaded"],
+        hint="pull it with containerd (`ctr images pull`, as a Kubernetes node does), upgrade "
+             "the Engine to 23 or newer, or push a gzip image for this client: `imgbuild build "
+             "TARGET --push --compression gzip --registry R` (or `compression: gzip` for R in "
+             "images/registries.yaml)")
 
 
 def pull(client, ref: str, digest: str | None = None, progress: Progress = SILENT) -> str:
@@ -215,6 +246,7 @@ def pull(client, ref: str, digest: str | None = None, progress: Progress = SILEN
     pulls by that digest (and checks every byte against it), then tags it `ref`: what is used
     is what the registry listed, even if the tag moves meanwhile."""
     repo, _, tag = ref.rpartition(":")
+    check_readable(client, Repository.parse(repo), digest or tag)
     failed = None
     try:
         with progress.transfer("pull", ref) as moving:
@@ -272,6 +304,16 @@ def _put_blob(repo: Repository, data: bytes) -> str:
                             headers={"Content-Type": "application/octet-stream"})
     _expect(done, (201,), repo, "a blob upload")
     return digest
+
+
+def expect(r, codes: tuple[int, ...], repo: Repository, what: str) -> None:
+    """A registry answer that is not one of `codes`, as the error a user reads."""
+    _expect(r, codes, repo, what)
+
+
+def get_blob(repo: Repository, digest: str) -> bytes:
+    """A blob, checked against its digest."""
+    return _get_blob(repo, digest)
 
 
 def _expect(r, codes: tuple[int, ...], repo: Repository, what: str) -> None:

@@ -16,13 +16,14 @@ from pathlib import Path
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
-from ..image import attest, buildlock, daemon, registry, smoke
+from ..image import attest, buildlock, daemon, registry, smoke, wire
 from ..image import base as base_image
+from ..image.compression import compression as compression_named
 from ..lock.lockfile import Lockfile
 from ..plan.decide import make_plan
 from ..plan.index import IndexPlan, make_index_plan
 from ..plan.plan import Plan
-from ..progress import SILENT, Progress
+from ..progress import SILENT, Progress, human_bytes
 from ..workspace import Workspace
 from .index import Assembled, assemble
 from .obtain import Built, obtain
@@ -47,6 +48,7 @@ class BuildOptions:
     cache_from: bool = True  # reuse layers from this target's images in the registry
     log_dir: Path | None = None
     resmoke: bool = False  # run the smoke test even if this image passed it before
+    compression: str | None = None  # --compression; None: images/registries.yaml's rule
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Published:
     pushed: tuple[str, ...] = ()  # ref@digest
     moved: tuple[str, ...] = ()  # moving tags set (locally, and in the registry when pushed)
     report_ref: str | None = None
+    compression: str | None = None  # of the layers pushed
+    sent_bytes: int = 0  # compressed layer bytes uploaded (layers the registry held: none)
+    reused_layers: int = 0  # layers the registry held already
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class Outcome:
             "seconds": round(self.seconds, 1), "size_bytes": b.size_bytes,
             "smoke": g.report.to_dict() if g.report else None, "pushed": list(p.pushed),
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
+            "push": None if p.compression is None else {
+                "compression": p.compression, "sent_bytes": p.sent_bytes,
+                "reused_layers": p.reused_layers},
             "build": None if b.build is None else {
                 "seconds": round(b.build.seconds, 1), "steps": b.build.steps,
                 "cached_steps": b.build.cached_steps,
@@ -197,7 +205,7 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                        smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
                                                      client, repo, progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
-                       cache_from=cache_refs(plan, repo, opts), progress=progress)
+                       cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)), progress=progress)
         if opts.push and plan.smoke_model:
             # Other machines fetch the checkpoint by its recipe key instead of generating it.
             publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
@@ -205,6 +213,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      resmoke=opts.resmoke, progress=progress)
         published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
+                            compression=opts.compression or
+                            ws.registries.rule_for(repo.name).compression,
                             commit=attest.git_commit(ws.images), progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
@@ -220,6 +230,12 @@ def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tup
     return plan.refs
 
 
+def readable_cache(client, repo: registry.Repository, refs: tuple[str, ...]) -> tuple[str, ...]:
+    """Of `refs`, those this Engine can unpack: an image in zstd (before Engine 23) is no cache
+    for it, and BuildKit would fail the build on it rather than skip it."""
+    return tuple(r for r in refs if registry.engine_can_read(client, repo, r.rpartition(":")[2]))
+
+
 def earlier_report(plan: Plan, built: Built, client,
                    repo: registry.Repository) -> smoke.SmokeReport | None:
     """A passing report made before for this very image: this machine's cache first, then the
@@ -229,6 +245,13 @@ def earlier_report(plan: Plan, built: Built, client,
         return found
     digests = client.images.get(plan.ref()).attrs.get("RepoDigests") or []
     digest = next((d.split("@", 1)[1] for d in digests if d.startswith(repo.name + "@")), None)
+    if digest is None:
+        # Pushed by imgbuild's own client, the Engine records no repo digest: the registry's
+        # content tag is this image when its config is this image's (the config's digest is
+        # the image id).
+        got = registry.get_manifest(repo, plan.content_tag)
+        if got is not None and (got[1].get("config") or {}).get("digest") == built.image_id:
+            digest = got[0]
     stored = registry.fetch_report(repo, digest) if digest else None
     if stored is None:
         return None
@@ -292,17 +315,27 @@ def decide(report: smoke.SmokeReport | None, *, has_smoke_model: bool, force: bo
 
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
-            lock: Lockfile | None = None, commit: str | None = None,
+            lock: Lockfile | None = None, commit: str | None = None, compression: str = "gzip",
             progress: Progress = SILENT) -> Published:
     """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
     and provenance when `lock` is given), then move the moving tags: a moving tag never points
-    at something the registry does not fully hold, nor at an image without a passing report."""
+    at something the registry does not fully hold, nor at an image without a passing report.
+
+    The layers go in `compression` (image/wire.py); those the registry holds for the target's
+    previous image (its moving tags) are not sent again. A moving tag is the content tag's own
+    manifest under another name: the same digest, nothing uploaded."""
     img = client.images.get(plan.ref())
     pushed: list[str] = []
     report_ref = None
+    sent = None
     if push:
-        digest = registry.push(client, plan.ref(), progress)
+        sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
+                         hint_refs=plan.tags, platform=plan.platform, progress=progress)
+        digest = sent.digest
         pushed.append(f"{plan.ref()}@{digest}")
+        progress.note(f"pushed {plan.ref()}@{digest[:19]}… ({compression}): "
+                      f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}), "
+                      f"{sent.reused_layers} already in the registry")
         if gated.report is not None:
             report_ref = f"{repo.name}:" + registry.push_report(
                 repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
@@ -318,5 +351,8 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
             img.tag(plan.repository, t)
             moved.append(plan.ref(t))
             if push:
-                pushed.append(f"{plan.ref(t)}@{registry.push(client, plan.ref(t))}")
-    return Published(tuple(pushed), tuple(moved), report_ref)
+                pushed.append(f"{plan.ref(t)}@"
+                              f"{registry.tag_manifest(repo, plan.content_tag, t)}")
+    return Published(tuple(pushed), tuple(moved), report_ref,
+                     compression if sent else None, sent.sent_bytes if sent else 0,
+                     sent.reused_layers if sent else 0)

@@ -13,7 +13,7 @@ def run(args, out) -> int:
                         platforms=platforms(args),
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
                         no_cache=args.no_cache, cache_from=not args.no_cache_from,
-                        resmoke=args.resmoke,
+                        resmoke=args.resmoke, compression=args.compression,
                         log_dir=logs)
     outcome = build_target(ws, opts, out.progress())
     if isinstance(outcome, MultiOutcome):

@@ -13,6 +13,7 @@ from ...pipeline.build import MultiOutcome, Outcome
 from ...pipeline.index import Assembled
 from ...pipeline.preflight import Preflight
 from ...pipeline.pull import PullOutcome
+from ...progress import human_bytes
 from ..console import Output
 from . import kv, table
 
@@ -40,6 +41,9 @@ def build(out: Output, o: Outcome) -> None:
         rows.append(("smoke report", p.report_ref))
     if p.pushed:
         rows.append(("pushed", "\n".join(p.pushed)))
+    if p.compression:
+        rows.append(("layers", f"{p.compression}: {human_bytes(p.sent_bytes)} sent, "
+                               f"{p.reused_layers} already in the registry"))
     kv(out.out, f"{o.plan.target}: {b.action}", rows)
 
 

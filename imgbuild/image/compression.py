@@ -1,0 +1,118 @@
+"""Layer compressions: what each is called on the wire, who reads it, and the compressors, on
+every core.
+
+- zstd (`application/vnd.oci.image.layer.v1.tar+zstd`): libzstd's own worker threads, one per
+  core. Read by containerd >= 1.5 and Docker Engine >= 23 only.
+- gzip (`application/vnd.oci.image.layer.v1.tar+gzip`): the layer cut into 4 MiB blocks, each
+  deflated on its own (zlib frees the GIL, so the blocks compress on every core) and written as
+  one gzip member; a gzip stream of several members is still one gzip file, which every
+  client's reader takes (Go's compress/gzip reads multistream by default, so do unpigz and
+  containerd). Read by every client.
+
+Both are deterministic: the same layer gives the same bytes on any machine, whatever its number
+of cores (zstd's multi-threaded output does not depend on the worker count; the gzip blocks are
+fixed), so a registry that holds a layer from one runner has it for the next.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import zstandard
+from packaging.version import InvalidVersion, Version
+
+from ..errors import InputError
+
+DOCKER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+READ_CHUNK = 1 << 20
+GZIP_BLOCK = 4 << 20
+
+
+@dataclass(frozen=True)
+class Compression:
+    name: str  # gzip | zstd
+    media_type: str
+    level: int
+    read_by: str  # who can pull it, for messages
+
+    def compressor(self, size: int) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
+        if self.name == "zstd":
+            return lambda chunks: _zstd(chunks, self.level, size)
+        return lambda chunks: _gzip(chunks, self.level)
+
+
+GZIP = Compression("gzip", "application/vnd.oci.image.layer.v1.tar+gzip", 6,
+                   "every client (Docker Engine, containerd, Podman, CRI-O)")
+ZSTD = Compression("zstd", "application/vnd.oci.image.layer.v1.tar+zstd", 3,
+                   "containerd >= 1.5 and Docker Engine >= 23")
+COMPRESSIONS = {c.name: c for c in (GZIP, ZSTD)}
+# Media types that name the same compression (Docker's schema 2 gzip layers are gzip too).
+SAME = {DOCKER_GZIP: GZIP.media_type}
+
+
+def compression(name: str) -> Compression:
+    try:
+        return COMPRESSIONS[name]
+    except KeyError:
+        raise InputError(f"unknown layer compression '{name}'",
+                         hint=f"choose one of: {', '.join(COMPRESSIONS)}") from None
+
+
+def cpu_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _zstd(chunks: Iterable[bytes], level: int, size: int, threads: int = -1) -> Iterator[bytes]:
+    # threads=-1: one worker per core. The frame records the content size, so a reader can
+    # allocate once; the output is the same for any number of workers >= 1.
+    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_content_size=True)
+    chunker = cctx.chunker(size=size, chunk_size=READ_CHUNK)
+    for chunk in chunks:
+        yield from chunker.compress(chunk)
+    yield from chunker.finish()
+
+
+def _deflate_block(block: bytes, level: int) -> bytes:
+    # wbits 31: a gzip member with a fixed header (mtime 0, no name), so equal blocks give
+    # equal bytes.
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return c.compress(block) + c.flush()
+
+
+def _blocks(chunks: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """The stream cut at fixed offsets, whatever sizes it arrives in."""
+    buf = bytearray()
+    for chunk in chunks:
+        buf += chunk
+        while len(buf) >= size:
+            yield bytes(buf[:size])
+            del buf[:size]
+    if buf:
+        yield bytes(buf)
+
+
+def _gzip(chunks: Iterable[bytes], level: int, workers: int | None = None) -> Iterator[bytes]:
+    n = workers or cpu_workers()
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="gzip") as pool:
+        pending: deque = deque()
+        for block in _blocks(chunks, GZIP_BLOCK):
+            pending.append(pool.submit(_deflate_block, block, level))
+            if len(pending) > 2 * n:  # bounded look-ahead: memory stays a few blocks per core
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def engine_reads(comp: Compression, engine_version: str) -> bool:
+    """Whether Docker Engine `engine_version` unpacks layers in `comp` (zstd from 23.0)."""
+    if comp.name != "zstd":
+        return True
+    try:
+        return Version(engine_version.split("+")[0].split("-")[0]) >= Version("23.0")
+    except InvalidVersion:
+        return True  # unknown: let the Engine say

@@ -1,0 +1,250 @@
+"""Layer compression that fits the client (image/wire.py, catalog/registries.py).
+
+Without the Engine: both compressors give the same bytes whatever the number of workers and
+however the stream arrives (so a layer pushed from any runner is the same blob), and the
+standard tools (Debian's zstd and gzip) read what they write.
+
+With the Engine, the registry and containerd (docker): tiny-cpu pushed both ways under the same
+content tag; containerd pulls the zstd image as a Kubernetes node does, checks its digest and
+runs the smoke payload in it; the Engine 20.10 is refused the zstd image before a layer moves,
+pulls the gzip one, verifies and smoke-tests it; a second push sends nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import requests
+import zstandard
+
+from imgbuild.catalog.registries import load_registries
+from imgbuild.errors import SpecError
+from imgbuild.image import compression as wire
+from imgbuild.plan import render
+
+from .conftest import REGISTRY_HOST, ROOT, registry_available, run_imgbuild
+
+# --- the compressors, no Engine -------------------------------------------------------------
+
+
+def _sample(n: int = 9 << 20) -> bytes:
+    """Compressible and not: text-like runs between random bytes, as a layer of wheels is."""
+    rnd = random.Random(7)
+    parts = []
+    while sum(map(len, parts)) < n:
+        parts.append(rnd.randbytes(rnd.randint(1, 50_000)))
+        parts.append(("def f(x):\n    return x\n" * rnd.randint(1, 3000)).encode())
+    return b"".join(parts)[:n]
+
+
+def _pieces(data: bytes, size: int) -> Iterator[bytes]:
+    return (data[i:i + size] for i in range(0, len(data), size))
+
+
+def test_zstd_gives_the_same_bytes_for_any_worker_count_and_zstd_reads_them(tmp_path):
+    data = _sample()
+    one = b"".join(wire._zstd(_pieces(data, 1 << 20), 3, len(data), threads=1))
+    many = b"".join(wire._zstd(_pieces(data, 333_333), 3, len(data), threads=4))
+    assert one == many
+    assert zstandard.ZstdDecompressor().decompress(one) == data
+    if shutil.which("zstd"):  # Debian's zstd, the reference reader
+        (tmp_path / "l.zst").write_bytes(one)
+        out = subprocess.run(["zstd", "-dc", str(tmp_path / "l.zst")], capture_output=True,
+                             check=True).stdout
+        assert out == data
+
+
+def test_gzip_gives_the_same_bytes_for_any_worker_count_and_gzip_reads_them(tmp_path):
+    data = _sample()
+    one = b"".join(wire._gzip(_pieces(data, 1 << 20), 6, workers=1))
+    many = b"".join(wire._gzip(_pieces(data, 100_001), 6, workers=4))
+    assert one == many
+    # Several gzip members (one per 4 MiB block): still one gzip file to every reader.
+    assert one.count(b"\x1f\x8b\x08") >= 3
+    assert gzip.decompress(one) == data
+    (tmp_path / "l.gz").write_bytes(one)
+    out = subprocess.run(["gzip", "-dc", str(tmp_path / "l.gz")], capture_output=True,
+                         check=True).stdout
+    assert out == data
+    # And it is compressed: fewer bytes than the text-heavy input.
+    assert len(one) < 0.8 * len(data)
+
+
+def test_a_zstd_image_is_refused_by_engines_older_than_23():
+    assert not wire.engine_reads(wire.ZSTD, "20.10.24+dfsg1")
+    assert wire.engine_reads(wire.ZSTD, "23.0.1")
+    assert wire.engine_reads(wire.ZSTD, "28.2.2")
+    assert wire.engine_reads(wire.GZIP, "20.10.24+dfsg1")
+
+
+def test_the_registry_rule_is_the_longest_match_and_a_project_comes_first(tmp_path):
+    built_in, project = tmp_path / "b", tmp_path / "p"
+    built_in.mkdir()
+    project.mkdir()
+    (built_in / "registries.yaml").write_text(
+        "default: {compression: gzip}\n"
+        "registries:\n"
+        "  - {match: ghcr.io/acme, compression: zstd, reason: nodes}\n"
+        "  - {match: ghcr.io/acme/legacy, compression: gzip, reason: old engines}\n")
+    table = load_registries([built_in])
+    assert table.rule_for("ghcr.io/acme/serving").compression == "zstd"
+    assert table.rule_for("ghcr.io/acme/legacy/x").compression == "gzip"
+    assert table.rule_for("ghcr.io/acmecorp/x").compression == "gzip"  # a prefix of a path only
+    assert table.rule_for("127.0.0.1:5000/imgbuild").compression == "gzip"
+    (project / "registries.yaml").write_text(
+        "default: {compression: zstd}\n"
+        "registries: [{match: ghcr.io/acme/serving, compression: gzip, reason: docker 20.10}]\n")
+    both = load_registries([built_in, project])
+    assert both.rule_for("ghcr.io/acme/serving").compression == "gzip"
+    assert both.rule_for("127.0.0.1:5000/imgbuild").compression == "zstd"
+    assert both.rule_for("ghcr.io/acme/serving").reason == "docker 20.10"
+
+
+def test_an_unknown_compression_is_a_spec_error_naming_the_file(tmp_path):
+    (tmp_path / "registries.yaml").write_text(
+        "registries: [{match: ghcr.io/acme, compression: lz4}]\n")
+    with pytest.raises(SpecError) as e:
+        load_registries([tmp_path])
+    assert "registries.yaml" in str(e.value) and "lz4" in str(e.value)
+
+
+def test_the_shipped_table_parses_and_defaults_to_gzip():
+    table = load_registries([ROOT / "images"])
+    assert table.default.compression == "gzip"
+
+
+# --- pushed both ways, pulled by both clients ---------------------------------------------
+
+MANIFESTS = ("application/vnd.oci.image.manifest.v1+json, "
+             "application/vnd.docker.distribution.manifest.v2+json")
+
+
+def _manifest(ref: str) -> tuple[str, dict]:
+    repo, _, tag = ref.removeprefix(f"{REGISTRY_HOST}/").rpartition(":")
+    r = requests.get(f"http://{REGISTRY_HOST}/v2/{repo}/manifests/{tag}",
+                     headers={"Accept": MANIFESTS}, timeout=30)
+    r.raise_for_status()
+    return r.headers["Docker-Content-Digest"], r.json()
+
+
+def _build_json(*args: str) -> dict:
+    r = run_imgbuild("build", "tiny-cpu", "--push", "--json", *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def pushed_both_ways(docker_client) -> dict[str, dict]:
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    out = {}
+    for comp in ("zstd", "gzip"):
+        repo = f"{REGISTRY_HOST}/imgbuild-test-{comp}-{uuid.uuid4().hex[:8]}"
+        out[comp] = _build_json("--registry", repo, "--compression", comp) | {"repo": repo}
+    return out
+
+
+@pytest.mark.docker
+def test_the_same_content_tag_goes_out_in_either_compression(pushed_both_ways):
+    z, g = pushed_both_ways["zstd"], pushed_both_ways["gzip"]
+    ztag = z["content_tag"].rpartition(":")[2]
+    assert ztag == g["content_tag"].rpartition(":")[2]  # compression is not in the content key
+    zd, zm = _manifest(f"{z['repo']}:{ztag}")
+    gd, gm = _manifest(f"{g['repo']}:{ztag}")
+    assert zd != gd
+    assert {layer["mediaType"] for layer in zm["layers"]} == {wire.ZSTD.media_type}
+    assert {layer["mediaType"] for layer in gm["layers"]} == {wire.GZIP.media_type}
+    # The same image config (its digest is the Engine's image id), so the same diff ids.
+    assert zm["config"]["digest"] == gm["config"]["digest"] == z["image_id"]
+    assert sum(x["size"] for x in zm["layers"]) < sum(x["size"] for x in gm["layers"])
+    # The report, and the moving tags, follow each pushed digest.
+    assert z["push"]["compression"] == "zstd" and g["push"]["compression"] == "gzip"
+    assert z["report"].endswith(zd.replace(":", "-") + ".smoke")
+    assert all(p.endswith("@" + zd) for p in z["pushed"])
+    assert _manifest(f"{z['repo']}:tiny-cpu")[0] == zd
+
+
+@pytest.mark.docker
+def test_a_zstd_image_is_no_build_cache_for_an_engine_that_cannot_read_it(pushed_both_ways,
+                                                                         docker_client):
+    from imgbuild.image.registry import Repository
+    from imgbuild.pipeline.build import readable_cache
+
+    z, g = pushed_both_ways["zstd"], pushed_both_ways["gzip"]
+    readable = wire.engine_reads(wire.ZSTD, docker_client.version()["Version"])
+    assert readable_cache(docker_client, Repository.parse(z["repo"]), tuple(z["refs"])) == (
+        tuple(z["refs"]) if readable else ())
+    assert readable_cache(docker_client, Repository.parse(g["repo"]), tuple(g["refs"])) == \
+        tuple(g["refs"])
+
+
+@pytest.mark.docker
+def test_a_second_push_sends_no_layer(pushed_both_ways):
+    g = pushed_both_ways["gzip"]
+    again = _build_json("--registry", g["repo"], "--compression", "gzip")
+    assert again["push"]["sent_bytes"] == 0
+    assert again["push"]["reused_layers"] > 0
+    assert again["pushed"][0] == g["pushed"][0]
+
+
+@pytest.mark.docker
+@pytest.mark.xdist_group("containerd")
+def test_containerd_pulls_the_zstd_image_and_runs_its_smoke_payload(pushed_both_ways, tmp_path):
+    from .containerd import containerd_daemon
+
+    z = pushed_both_ways["zstd"]
+    ref = z["content_tag"]
+    digest = z["pushed"][0].rpartition("@")[2]
+    with containerd_daemon(tmp_path) as ctrd:
+        assert ctrd.pull(ref) == digest
+        a = render.ASSETS
+        r = ctrd.run(ref, ["python", f"{a}/smoke.py", "--lock", f"{a}/lock.txt", "--model",
+                           f"{a}/smoke-model", "--facts", f"{a}/image.json", "--gpu", "off",
+                           "--engine", "transformers", "--json"], timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    report = json.loads(r.stdout[r.stdout.index("{"):])
+    stages = {s["name"]: s["status"] for s in report["stages"]}
+    assert report["ok"] and stages["checkpoint-cpu"] == "pass", stages
+
+
+@pytest.mark.docker
+def test_the_engine_is_refused_the_zstd_image_before_the_download(pushed_both_ways,
+                                                                   docker_client):
+    version = docker_client.version()["Version"]
+    if wire.engine_reads(wire.ZSTD, version):
+        pytest.skip(f"skipped: Docker Engine {version} reads zstd")
+    z = pushed_both_ways["zstd"]
+    r = run_imgbuild("pull", "tiny-cpu", "--registry", z["repo"])
+    assert r.returncode == 3, r.stderr
+    assert "cannot unpack" in r.stderr and "zstd" in r.stderr
+    assert "Engine 23" in r.stderr and "nothing was downloaded" in r.stderr
+    assert "Traceback" not in r.stderr
+    # Nothing of it is in the Engine: no tag, no repo digest of that repository.
+    for img in docker_client.images.list():
+        assert not any(d.startswith(z["repo"] + "@") for d in img.attrs.get("RepoDigests", []))
+
+
+@pytest.mark.docker
+def test_the_engine_pulls_the_gzip_image_verifies_and_smokes_it(pushed_both_ways,
+                                                                docker_client):
+    g = pushed_both_ways["gzip"]
+    for t in g["refs"]:
+        docker_client.images.remove(t)
+    r = run_imgbuild("pull", "tiny-cpu", "--registry", g["repo"], "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    digest = g["pushed"][0].rpartition("@")[2]
+    assert got["digest"] == digest
+    v = run_imgbuild("verify", g["content_tag"])
+    assert v.returncode == 0, v.stdout + v.stderr
+    s = run_imgbuild("smoke", g["content_tag"], "--json")
+    assert s.returncode == 0, s.stderr[-2000:]
+    assert json.loads(s.stdout)["ok"]
+
