@@ -46,6 +46,14 @@ def registry_config(ref: str) -> dict:
     return c.json()
 
 
+def registry_manifest(ref: str) -> dict:
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    m = requests.get(f"http://{REGISTRY_HOST}/v2/{repo}/manifests/{tag}",
+                     headers={"Accept": MANIFEST_TYPES}, timeout=30)
+    m.raise_for_status()
+    return m.json()
+
+
 def heavy_layer_index(config: dict) -> int:
     """Which layer (index into rootfs.diff_ids) the heavy install step made."""
     made = [h for h in config["history"] if not h.get("empty_layer")]
@@ -116,7 +124,7 @@ def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(docker_client, 
 
     logs = tmp_path / "logs"
     second = _ok(cli("tiny-cpu", "--registry", repo, "--no-smoke", "--json", "--log-dir",
-                     str(logs), cwd=proj))
+                     str(logs), "--push", cwd=proj))
     assert second["action"] == "built" and second["content_tag"] != first["content_tag"]
     assert f"{repo}:tiny-cpu" in second["build"]["cache_imported"], second["build"]
     # The content tag is new: BuildKit found no image there, said so, and built on.
@@ -137,6 +145,17 @@ def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(docker_client, 
     h = heavy_layer_index(pushed)
     assert h >= 1 and new[:h + 1] == old[:h + 1]
     assert new[h + 1:] != old[h + 1:]
+
+    # Pushed: the unchanged layers are not sent again (the registry's blobs for them are the
+    # previous image's), and what is sent is the changed layers only.
+    old_m = registry_manifest(f"{repo}:tiny-cpu")
+    new_m = registry_manifest(second["content_tag"])
+    old_blobs = {la["digest"] for la in old_m["layers"]}
+    unchanged = [la for d, la in zip(new, new_m["layers"]) if d in set(old)]
+    changed = [la for d, la in zip(new, new_m["layers"]) if d not in set(old)]
+    assert len(unchanged) >= h + 1 and all(la["digest"] in old_blobs for la in unchanged)
+    assert second["push"]["reused_layers"] == len({la["digest"] for la in unchanged})
+    assert second["push"]["sent_bytes"] == sum(la["size"] for la in changed) > 0
 
 
 @pytest.mark.docker

@@ -1,0 +1,169 @@
+"""An engine-only bump on a fresh CI runner, side by side in one run: today's rebuild (no build
+cache, the Engine's push) and imgbuild's (the previous image's inline cache read from the
+registry, only the layers that changed pushed).
+
+    IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/bump_bench.py \
+        [--target sglang-blackwell-slim] [--model k2.6] [--engine-pin sglang==0.5.22]
+
+1. The previous image: the target as shipped, built, smoke-tested and pushed (gzip: what
+   Docker Engine 20.10's BuildKit reads as a cache) to a registry of the bench's own, so its
+   moving tags name it there.
+2. The bump: a project that extends the target with an override of the engine pin only
+   (`--engine-pin`), locked with uv: the heavy layer's pins (torch, Triton, CUDA wheels) stay,
+   the rest lock changes. As a fresh runner: no image of the target in the Engine, BuildKit's
+   cache (and uv's cache mount in it) pruned.
+3. Today's rebuild: `imgbuild build --no-cache-from`, then `docker push` (the Engine's push),
+   into a second registry: every layer is new bytes (timestamps), so all of them go; the
+   registry that holds the previous image would have saved the base's layers only.
+4. imgbuild's rebuild: `imgbuild build --push --registry R` (cache from R, its own push).
+
+Bytes fetched from the package index: the sizes uv reports for what it downloads ("Downloading
+X (N MiB)") in the build log. Bytes sent to the registry: its storage before and after.
+The changed layers: those of the new manifest whose blobs the previous image's lacks.
+Results: bench/results/bump-TARGET.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import machine  # noqa: E402
+from bench.wire_bench import DOCKER, dir_bytes, drop_image, scratch_registry, sh  # noqa: E402
+from imgbuild.image.registry import Repository, get_manifest  # noqa: E402
+
+IMGBUILD = str(ROOT / ".venv" / "bin" / "imgbuild")
+_DOWNLOADING = re.compile(r"\bDownloading (\S+) \(([\d.]+)\s*([KMGT]i?B)\)")
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def fetched_bytes(logs: Path) -> int:
+    """What uv said it downloads, over every build log in `logs` (each package once)."""
+    seen: dict[str, int] = {}
+    for log in logs.glob("*.build.log"):
+        for m in _DOWNLOADING.finditer(log.read_text(errors="replace")):
+            seen[m.group(1)] = int(float(m.group(2)) * _UNITS[m.group(3)[0]])
+    return sum(seen.values())
+
+
+def imgbuild(*args: str, cwd: Path) -> tuple[float, dict]:
+    t = time.perf_counter()
+    r = subprocess.run([IMGBUILD, *args, "--json"], cwd=cwd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"imgbuild {' '.join(args)} failed:\n{(r.stderr + r.stdout)[-3000:]}")
+    return round(time.perf_counter() - t, 1), json.loads(r.stdout)
+
+
+def fresh_runner(target_repo_prefixes: tuple[str, ...]) -> None:
+    """No image of the target in the Engine, nothing in BuildKit's cache."""
+    r = subprocess.run([DOCKER, "images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"],
+                       capture_output=True, text=True, check=True)
+    for line in r.stdout.splitlines():
+        ref, image_id = line.split()
+        if ref.startswith(target_repo_prefixes):
+            drop_image(image_id)
+    subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)
+
+
+def layers(repo: Repository, tag: str) -> list[dict]:
+    got = get_manifest(repo, tag)
+    assert got is not None, tag
+    return got[1]["layers"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="sglang-blackwell-slim")
+    ap.add_argument("--model", default="k2.6")
+    ap.add_argument("--engine-pin", default="sglang==0.5.22")
+    args = ap.parse_args()
+    out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin}
+    with tempfile.TemporaryDirectory(prefix="bump-bench-", dir="/var/tmp") as td:
+        scratch = Path(td)
+        proj = scratch / "project"
+        proj.mkdir()
+        (proj / "imgbuild.yaml").write_text("{}\n")
+        (proj / "images").mkdir()
+        (proj / "lockfiles").mkdir()
+        (proj / "images" / f"{args.target}.yaml").write_text(
+            f"extends: {args.target}\noverrides:\n  - requirement: {args.engine_pin}\n"
+            "    reason: \"bench/bump_bench.py: an engine release apart, the same torch\"\n")
+        t = time.perf_counter()
+        subprocess.run([IMGBUILD, "lock", args.target], cwd=proj, check=True,
+                       capture_output=True)
+        out["relock_s"] = round(time.perf_counter() - t, 1)
+        with scratch_registry(scratch / "r") as reg:
+            repo_name = f"{reg}/bench"
+            repo = Repository.parse(repo_name)
+            # 1. the previous image, with its moving tags in the registry
+            fresh_runner((repo_name,))
+            secs, prev = imgbuild("build", args.target, "--model", args.model, "--push",
+                                  "--registry", repo_name, "--compression", "gzip", cwd=ROOT)
+            assert prev["moved"], "the smoke test did not pass: no moving tag to read"
+            out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
+                               "pushed_bytes": prev["push"]["sent_bytes"]}
+            prev_blobs = {la["digest"] for la in layers(repo, prev["content_tag"].rsplit(":")[1])}
+
+            # 3. today's rebuild, into a registry of its own (see the docstring)
+            fresh_runner((repo_name,))
+            with scratch_registry(scratch / "r-today") as reg_today:
+                logs = scratch / "logs-today"
+                secs_build, today = imgbuild(
+                    "build", args.target, "--model", args.model, "--no-smoke", "--no-cache-from",
+                    "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
+                subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)  # disk
+                ref_today = f"{reg_today}/bench:{today['content_tag'].rsplit(':')[1]}"
+                sh(DOCKER, "tag", today["content_tag"], ref_today)
+                push_s, _ = sh(DOCKER, "push", ref_today)
+                out["today"] = {"seconds": round(secs_build + push_s, 1),
+                                "build_s": secs_build, "push_s": push_s,
+                                "index_bytes": fetched_bytes(logs),
+                                "sent_bytes": dir_bytes(scratch / "r-today")}
+                drop_image(today["image_id"])
+            # 4. imgbuild's rebuild
+            fresh_runner((repo_name,))
+            before = dir_bytes(scratch / "r")
+            logs = scratch / "logs-imgbuild"
+            t = time.perf_counter()
+            secs, new = imgbuild("build", args.target, "--model", args.model, "--no-smoke",
+                                 "--push", "--registry", repo_name, "--log-dir", str(logs),
+                                 cwd=proj)
+            new_layers = layers(repo, new["content_tag"].rsplit(":")[1])
+            changed = [la for la in new_layers if la["digest"] not in prev_blobs]
+            out["imgbuild"] = {"seconds": secs, "index_bytes": fetched_bytes(logs),
+                               "sent_bytes": dir_bytes(scratch / "r") - before,
+                               "pushed_layer_bytes": new["push"]["sent_bytes"],
+                               "reused_layers": new["push"]["reused_layers"],
+                               "cache_imported": new["build"]["cache_imported"],
+                               "cached_steps": new["build"]["cached_steps"],
+                               "steps": new["build"]["steps"]}
+            out["changed_layers"] = {"count": len(changed),
+                                     "bytes": sum(la["size"] for la in changed),
+                                     "of": len(new_layers)}
+            drop_image(new["image_id"])
+    out["ratios"] = {
+        "time_imgbuild_over_today": round(out["imgbuild"]["seconds"] / out["today"]["seconds"], 3),
+        "sent_over_changed_layers": round(out["imgbuild"]["pushed_layer_bytes"]
+                                          / max(1, out["changed_layers"]["bytes"]), 3),
+        "index_bytes_imgbuild_over_today": round(out["imgbuild"]["index_bytes"]
+                                                 / max(1, out["today"]["index_bytes"]), 3),
+    }
+    doc = {"machine": machine()} | out
+    dest = ROOT / "bench" / "results" / f"bump-{args.target}.json"
+    dest.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2))
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
