@@ -20,6 +20,9 @@ class PruneRule:
     pattern: str
     flavors: tuple[str, ...]
     why: str
+    # A GPU library of this package (its `path`): removed only where the lock's kernel record
+    # says none of the target's archs runs any of its code (no SASS, no PTX it can JIT).
+    package: str | None = None
 
 
 def parse_prune(data: Any, path: str) -> tuple[PruneRule, ...]:
@@ -28,7 +31,7 @@ def parse_prune(data: Any, path: str) -> tuple[PruneRule, ...]:
     out = []
     for i, r in enumerate(doc.get("rules", list, [])):
         rd = doc.sub(f"rules[{i}]", r)
-        rd.reject_unknown({"name", "path", "dirs", "files", "flavors", "why"})
+        rd.reject_unknown({"name", "path", "dirs", "files", "flavors", "why", "package"})
         given = [k for k in ("path", "dirs", "files") if k in r]
         if len(given) != 1:
             raise SpecError(path, rd.key("path"), "exactly one of path, dirs, files",
@@ -42,5 +45,10 @@ def parse_prune(data: Any, path: str) -> tuple[PruneRule, ...]:
             if f not in FLAVORS:
                 raise SpecError(path, rd.key(f"flavors[{j}]"), "one of " + ", ".join(FLAVORS), f)
         why = rd.get("why", str, what="why nothing in the image reads these files")
-        out.append(PruneRule(rd.get("name", str), given[0], pattern, flavors, why.strip()))
+        package = rd.get("package", str, None)
+        if package is not None and given[0] != "path":
+            raise SpecError(path, rd.key("package"), "a rule with `path:` (the one library of "
+                            "the package whose kernels it judges)", given[0])
+        out.append(PruneRule(rd.get("name", str), given[0], pattern, flavors, why.strip(),
+                             package))
     return tuple(out)

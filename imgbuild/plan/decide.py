@@ -10,6 +10,7 @@ from dataclasses import asdict
 from .. import smokemodel
 from ..catalog.indexes import strip_credentials
 from ..catalog.models import ModelProfile
+from ..catalog.prune import PruneRule
 from ..catalog.targets import Target
 from ..errors import InputError
 from ..lock import kernels
@@ -98,13 +99,27 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         cuda_home=f"{VENV}/lib/python{python}/site-packages/{sel.toolkit_dir}"
         if sel.toolkit_dir else None,
         nvcc=sel.nvcc,
-        prune=tuple((r.kind, r.pattern) for r in cat.prune if flavor in r.flavors),
+        prune=tuple((r.kind, r.pattern) for r in cat.prune
+                    if flavor in r.flavors and _prunes_here(r, cov)),
         split_heavy=target.split_heavy_layer,
         kernel_coverage=cov.table() if cov else (),
         kernel_files=tuple(dict.fromkeys((f.package, f.member, f.sha256) for f in cov.files))
         if cov else (),
     )
     return finalize(draft, lock)
+
+
+def _prunes_here(rule: PruneRule, cov: coverage.Coverage | None) -> bool:
+    """A rule for a package's GPU library applies where the kernel record says none of the
+    target's archs runs any of that library's code; where the record does not list the file
+    (another version, another layout), the file stays."""
+    if rule.package is None:
+        return True
+    if cov is None or not cov.archs:
+        return False
+    f = next((f for f in cov.files if f.package == rule.package and f.member == rule.pattern),
+             None)
+    return f is not None and all(coverage.status_for(f.codes, a) == "none" for a in cov.archs)
 
 
 def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
