@@ -113,6 +113,14 @@ def main() -> None:
             out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
                                "pushed_bytes": prev["push"]["sent_bytes"]}
             prev_blobs = {la["digest"] for la in layers(repo, prev["content_tag"].rsplit(":")[1])}
+            # What the image weighs, and where (the slim image against SGLang's own runtime
+            # image): `imgbuild size`, kept beside the bump's numbers.
+            r = subprocess.run([IMGBUILD, "size", prev["content_tag"], "--json"], cwd=ROOT,
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                (ROOT / "bench" / "results" / f"size-{args.target}-now.json").write_text(
+                    json.dumps({"machine": machine(), "content_tag": prev["content_tag"],
+                                "size": json.loads(r.stdout)}, indent=2) + "\n")
 
             # 3. today's rebuild, into a registry of its own (see the docstring)
             fresh_runner((repo_name,))
