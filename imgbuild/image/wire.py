@@ -192,11 +192,11 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
             if d in have:
                 moving.feed({"id": d[7:19], "status": "Layer already exists"})
         needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
-        for _attempt in range(2):  # a second pass only after a size collision (see _read_save)
+        for attempt in range(2):  # a second pass only after a size collision (see _read_save)
             if not needed and config_here:
                 break
             config, missed = _read_save(client, image_id, repo, needed, have, sent, comp,
-                                        moving.feed)
+                                        moving.feed, trust_sizes=attempt == 0)
             needed = [d for d in needed if d in missed]
             config_here = config_here or config is not None
         if needed:
@@ -243,17 +243,19 @@ def _blob_size(repo, digest: str) -> int:
 
 
 def _read_save(client, image_id: str, repo, needed: list[str], have: dict[str, Held],
-               sent: dict[str, Held], comp: Compression,
-               feed: Callable[[dict], None]) -> tuple[bytes | None, set[str]]:
+               sent: dict[str, Held], comp: Compression, feed: Callable[[dict], None], *,
+               trust_sizes: bool = True) -> tuple[bytes | None, set[str]]:
     """One pass over `docker save`: compress and send the layers in `needed`, hash the others.
 
     A legacy-layout member is known only once hashed; one whose size is that of a layer the
     registry holds is hashed without compressing. If it turns out to be a needed layer of the
-    same size after all, it is returned in `missed`, for a second pass."""
+    same size after all, it is returned in `missed`, for a second pass, which compresses every
+    layer it cannot name (trust_sizes=False)."""
     blobs = f"{repo.path}/blobs"
     scope = repo.scope("pull", "push")
     want = set(needed)
-    sizes = {h.tar_size for d, h in have.items() if h.tar_size is not None}
+    sizes = {h.tar_size for d, h in have.items() if h.tar_size is not None} if trust_sizes \
+        else set()
     config: bytes | None = None
     missed: set[str] = set()
     stream = io.BufferedReader(_Stream(iter(client.api.get_image(image_id, chunk_size=READ_CHUNK))),
