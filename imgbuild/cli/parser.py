@@ -14,7 +14,7 @@ COMMANDS = {
     "doctor": "doctor", "check-model": "check_model", "patches": "patches",
     "matrix": "matrix", "outdated": "outdated", "relock": "relock", "base": "base",
     "smoke-model": "smoke_model", "verify": "verify", "index": "index", "size": "size",
-    "init": "init", "version": "version",
+    "init": "init", "version": "version", "report": "report",
 }
 
 
@@ -203,6 +203,14 @@ def parser() -> argparse.ArgumentParser:
                    help="only jobs whose content key changed since this git ref")
     s.add_argument("--registry", help="repository the tags are for")
     s.add_argument("--contexts", metavar="DIR", help="with bake: write each job's build context")
+    s = sub.add_parser("report", parents=[common],
+                       help="the compatibility page: which target's image runs on which GPU, "
+                            "and why, from the plans, locks, kernel records and (with "
+                            "--registry) the pushed images and their smoke reports")
+    s.add_argument("targets", nargs="*", help="only these targets (default: every one)")
+    s.add_argument("--registry", help="read what this repository holds for each content tag: "
+                                      "digest, layers, stored smoke report")
+    s.add_argument("--html", metavar="DIR", help="write DIR/index.html (one static page)")
     s = sub.add_parser("outdated", parents=[common],
                        help="newer upstream releases per target: available, blocked by, held")
     s.add_argument("targets", nargs="*")
