@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what imgbuild and its tests need on a fresh Debian-like machine, as root:
 # uv, Debian's docker.io (dockerd + the 20.10 client with BuildKit built in), docker-registry
-# (CNCF distribution) on 127.0.0.1:5000, and debootstrap. Reuses whatever already runs.
+# (CNCF distribution) on 127.0.0.1:5000, debootstrap, containerd's ctr and Chromium (for the
+# tests). Reuses whatever already runs.
 set -euo pipefail
 
 REGISTRY_ADDR="${IMGBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
@@ -18,6 +19,10 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v curl >/dev/null || need+=(curl)
+# containerd's ctr: the tests pull images as a Kubernetes node does (docker.io brings it too).
+command -v ctr >/dev/null || need+=(containerd)
+# The compatibility page's test opens it in headless Chromium.
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]} from Debian"
   apt-get update -qq

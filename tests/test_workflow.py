@@ -190,6 +190,13 @@ class Runner:
             elif src.exists():
                 shutil.copy(src, dest / src.name)
             return "uploaded"
+        if name == "actions/upload-pages-artifact":
+            dest = self.artifacts / "github-pages"
+            shutil.copytree(ws / with_["path"], dest, dirs_exist_ok=True)
+            return "uploaded the site"
+        if name == "actions/deploy-pages":
+            assert (self.artifacts / "github-pages" / "index.html").is_file()
+            return "deployed"
         if name == "peter-evans/create-pull-request":
             paths = with_.get("add-paths", "").split()
             r = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ws,
@@ -265,6 +272,15 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     assert build["smoke"]["ok"] is True
     assert any(p.startswith(f"{registry}:tiny-cpu@") for p in build["pushed"])
     content = build["content_tag"]
+    # The pages job: the compatibility page from what the registry holds now, with the
+    # tiny-cpu image this run pushed and its smoke report; run twice, the same bytes.
+    pages = r.job("pages")
+    assert pages["ran"], pages
+    page = (r.artifacts / "github-pages" / "index.html").read_bytes()
+    digest = next(p for p in build["pushed"] if p.startswith(content + "@")).split("@")[1]
+    assert digest.encode() in page and b"smoke-tested on CPU" in page
+    assert r.job("pages")["ran"]
+    assert (r.artifacts / "github-pages" / "index.html").read_bytes() == page
     # A second run on a fresh runner (an Engine without the image): pulled, not built.
     for ref in (content, f"{registry}:tiny-cpu", f"{registry}:tiny-cpu-transformers5.17.0"):
         docker_client.images.remove(ref, force=True)

@@ -51,6 +51,7 @@ border-bottom:1px solid var(--line)}h3{font-size:1.05rem;margin:1.2rem 0 .4rem}
 code,pre{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 pre{background:var(--off);padding:.5rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 small,.mute{color:var(--mute)}
+.matrix td small{display:block}
 a{color:#0969da}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;border:1px solid var(--line)}
 table{border-collapse:collapse;width:100%}
