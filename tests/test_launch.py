@@ -9,6 +9,7 @@ those schemas do not know, so its two pod templates are validated as Pods."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shlex
 import shutil
@@ -75,8 +76,8 @@ def test_sglang_k26_docker_run(ws, table, plans, tmp_path):
     assert "--shm-size" not in opts  # ignored by Docker beside --ipc host
     assert _after(opts, "--ulimit") == ["memlock=-1", "stack=67108864"]
     assert _after(opts, "-p") == ["30000:30000"]
-    assert _after(opts, "-v") == [f"{cache}:/root/.cache/huggingface:rw"]
-    assert _after(opts, "-e") == ["HF_HOME=/root/.cache/huggingface", "HF_TOKEN",
+    assert _after(opts, "-v") == [f"{cache}:/cache/huggingface:rw"]
+    assert _after(opts, "-e") == ["HF_HOME=/cache/huggingface", "HF_TOKEN",
                                   "HF_HUB_OFFLINE"]
     assert _after(opts, "--name") == ["imgbuild-k2.6"]
     assert (launch.port, launch.host_port, launch.health_path, launch.models_path) == \
@@ -98,7 +99,7 @@ def test_vllm_k26_docker_run(ws, table, plans):
     assert _after(args[:i], "--name") == ["my-vllm"]
     # The default cache is the user's, expanded: docker does not expand ~.
     assert _after(args[:i], "-v") == [f"{Path.home()}/.cache/huggingface:"
-                                      "/root/.cache/huggingface:rw"]
+                                      "/cache/huggingface:rw"]
 
 
 def test_tiny_cpu_serves_its_smoke_model_without_gpus(ws, table, plans):
@@ -229,8 +230,8 @@ def test_compose_file_has_the_pieces_and_validates(ws, table, plans, tmp_path):
     assert svc["ipc"] == "host" and "shm_size" not in svc
     assert svc["ulimits"] == {"memlock": -1, "stack": 67108864}
     assert svc["ports"] == ["30000:30000"]
-    assert svc["volumes"] == [f"{tmp_path / 'hf'}:/root/.cache/huggingface:rw"]
-    assert svc["environment"] == ["HF_HOME=/root/.cache/huggingface", "HF_TOKEN",
+    assert svc["volumes"] == [f"{tmp_path / 'hf'}:/cache/huggingface:rw"]
+    assert svc["environment"] == ["HF_HOME=/cache/huggingface", "HF_TOKEN",
                                   "HF_HUB_OFFLINE"]
     assert svc["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
@@ -283,6 +284,34 @@ def _as_pod(template: dict) -> dict:
 QUANTITY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
 
 
+# The restricted Pod Security standard (kubernetes.io/docs/concepts/security/
+# pod-security-standards/#restricted), field by field, for a pod spec.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted(pod: dict) -> None:
+    psc = pod.get("securityContext", {})
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    for v in pod.get("volumes", []):
+        kinds = set(v) - {"name"}
+        assert kinds <= RESTRICTED_VOLUMES, v  # no hostPath
+    assert psc.get("seccompProfile", {}).get("type") in ("RuntimeDefault", "Localhost")
+    assert psc.get("runAsUser", 1) != 0
+    for c in pod["containers"] + pod.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        assert sc.get("privileged") is not True
+        assert sc.get("allowPrivilegeEscalation") is False, c["name"]
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], c["name"]
+        assert set(sc.get("capabilities", {}).get("add", [])) <= {"NET_BIND_SERVICE"}
+        assert (sc.get("runAsNonRoot") or psc.get("runAsNonRoot")) is True
+        assert sc.get("runAsUser", psc.get("runAsUser", 1)) != 0
+        assert "hostPort" not in str(c.get("ports", ""))
+        # Not in the standard, asked by the issue: a read-only root, /tmp writable.
+        assert sc.get("readOnlyRootFilesystem") is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
 def _probes_ok(container: dict, port_name: str = "http") -> None:
     for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": port_name}
@@ -295,10 +324,19 @@ def test_k8s_deployment_for_k26_on_8_gpu_nodes(ws, table, plans, tmp_path):
     launch = _launch(ws, table, plans, "sglang-blackwell", digest=DIGEST)
     files = emit_k8s(launch, tmp_path, gpus_per_node=8)
     docs = {yaml.safe_load(f.read_text())["kind"]: yaml.safe_load(f.read_text()) for f in files}
-    assert set(docs) == {"Deployment", "Service"}
+    assert set(docs) == {"Deployment", "Service", "PersistentVolumeClaim"}
     for d in docs.values():
         _validate(kv, d)
     pod = docs["Deployment"]["spec"]["template"]["spec"]
+    restricted(pod)
+    # The Hugging Face cache: a claim of the model's size and a fifth (k2.6: 600 GB), read-write.
+    pvc = docs["PersistentVolumeClaim"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == \
+        f"{math.ceil(plans['sglang-blackwell'].model_size_gb * 1.2)}Gi"
+    cache = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
+    assert cache["persistentVolumeClaim"] == {"claimName": pvc["metadata"]["name"],
+                                              "readOnly": False}
     (c,) = pod["containers"]
     assert c["image"] == f"{plans['sglang-blackwell'].ref()}@{DIGEST}"
     assert c["args"] == list(launch.command)  # args, not command: the entrypoint's preflight runs
@@ -330,7 +368,7 @@ def test_k8s_leaderworkerset_for_k26_on_4_gpu_nodes(ws, table, plans, tmp_path, 
     launch = _launch(ws, table, plans, target)
     files = emit_k8s(launch, tmp_path, gpus_per_node=4)
     docs = {yaml.safe_load(f.read_text())["kind"]: yaml.safe_load(f.read_text()) for f in files}
-    assert set(docs) == {"LeaderWorkerSet", "Service"}
+    assert set(docs) == {"LeaderWorkerSet", "Service", "PersistentVolumeClaim"}
     lws = docs["LeaderWorkerSet"]
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     tpl = lws["spec"]["leaderWorkerTemplate"]
@@ -353,6 +391,7 @@ def test_k8s_leaderworkerset_for_k26_on_4_gpu_nodes(ws, table, plans, tmp_path, 
     # The CRD's pod templates, validated as the Pods they become.
     for t in ("leaderTemplate", "workerTemplate"):
         _validate(kv, _as_pod(tpl[t]))
+        restricted(tpl[t]["spec"])
     svc = docs["Service"]
     _validate(kv, svc)
     assert svc["metadata"]["name"] != lws["metadata"]["name"]  # LWS owns that Service name
@@ -371,7 +410,10 @@ def test_k8s_refuses_what_cannot_be_placed(ws, table, plans):
     cpu = k8s_docs(_launch(ws, table, plans, "tiny-cpu"), gpus_per_node=1)
     assert [d["kind"] for d in cpu] == ["Deployment", "Service"]
     (c,) = cpu[0]["spec"]["template"]["spec"]["containers"]
-    assert "resources" not in c and "volumes" not in cpu[0]["spec"]["template"]["spec"]
+    assert "resources" not in c
+    # Its one volume: /tmp, where the image writes (HOME, caches).
+    assert cpu[0]["spec"]["template"]["spec"]["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    restricted(cpu[0]["spec"]["template"]["spec"])
 
 
 # --- the table -----------------------------------------------------------------------------

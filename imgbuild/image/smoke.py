@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..fsutil import atomic_write_text
 from ..lock.wheels import cache_root
-from ..plan import render
+from ..plan import labels, render
 from .daemon import run_cli, run_container
 
 CACHE_FORMAT = 1
@@ -57,10 +57,10 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
     image_id, _, engine = insp.stdout.strip().partition(" ")
     engine = engine.split("==")[0] or None
     gpus = ["--gpus", "all"] if gpu != "off" and host_has_gpu_runtime() else []
-    args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
-            "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, "--json"]
-    if engine in ("sglang", "vllm", "transformers"):
-        args += ["--engine", engine]
+    base_args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
+                 "--facts", f"{render.ASSETS}/image.json"]
+    engine_args = ["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []
+    args = [*base_args, "--gpu", gpu, "--json", *engine_args]
     try:
         # --entrypoint: the smoke test checks the image, not this host (that is preflight's job).
         proc = run_container("imgbuild-smoke", ["--network", "none", *gpus, "--entrypoint",
@@ -75,10 +75,61 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
     except ValueError:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         return _failed(image, start, "the payload printed no report: " + " | ".join(tail))
-    report = SmokeReport(image, bool(raw.get("ok")) and proc.returncode == 0,
-                         tuple(raw.get("stages", [])), secs, raw, image_id)
+    stages = list(raw.get("stages", []))
+    ok = bool(raw.get("ok")) and proc.returncode == 0
+    if ok:
+        # Only an image that passed as root is worth checking as any user.
+        stage = any_user(image, engine, [*base_args, "--gpu", "off", *engine_args],
+                         timeout=timeout)
+        stages.append(stage)
+        ok = stage["status"] == "pass"
+    secs = time.monotonic() - start
+    report = SmokeReport(image, ok, tuple(stages), secs, raw | {"stages": stages}, image_id)
     remember(report)
     return report
+
+
+ANY_USER_STAGE = "any-user"
+# What a restricted pod gives a container: a read-only root, /tmp writable (a tmpfs here, an
+# emptyDir there), no capabilities, no privilege escalation. exec: Triton and the JIT caches
+# load the code they compile from there.
+ANY_USER_FLAGS = ("--user", labels.ANY_USER, "--read-only",
+                  "--tmpfs", "/tmp:rw,exec,nosuid,nodev,size=2g", "--cap-drop", "ALL",
+                  "--security-opt", "no-new-privileges")
+
+
+def any_user(image: str, engine: str | None, smoke_args: list[str], *, timeout: int = 900,
+             env: dict[str, str] | None = None) -> dict:
+    """The any-user stage: through the image's entrypoint (so the host preflight runs as that
+    user too), anyuser.py as UID 1000770000 with group 0 on a read-only root: getpass, every
+    cache directory writable, the engine imported, then the smoke payload itself."""
+    start = time.monotonic()
+    cmd = ["python", f"{render.ASSETS}/anyuser.py", "--json",
+           *(["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []),
+           "--", *smoke_args]
+    extra = [x for k, v in sorted((env or {}).items()) for x in ("-e", f"{k}={v}")]
+    try:
+        # The entrypoint runs (as this user), its host check left to anyuser.py, which runs
+        # it and judges only whether it could run: the host's verdict is preflight's business.
+        proc = run_container("imgbuild-anyuser", ["--network", "none", *ANY_USER_FLAGS, *extra,
+                                                  "-e", "IMGBUILD_PREFLIGHT=0", image, *cmd],
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"name": ANY_USER_STAGE, "status": "fail", "seconds": float(timeout),
+                "reason": f"timed out after {timeout} s"}
+    secs = round(time.monotonic() - start, 2)
+    try:
+        doc = json.loads(proc.stdout[proc.stdout.rindex('{"ok"'):])
+    except ValueError:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
+        return {"name": ANY_USER_STAGE, "status": "fail", "seconds": secs,
+                "reason": f"as {labels.ANY_USER} on a read-only root: no report: {tail[-500:]}"}
+    failed = [c for c in doc.get("checks", []) if c.get("status") != "pass"]
+    reason = (f"as {labels.ANY_USER} on a read-only root: " +
+              ("; ".join(f"{c['name']}: {c['reason']}" for c in failed) if failed else
+               f"{len(doc.get('checks', []))} checks passed"))
+    return {"name": ANY_USER_STAGE, "status": "pass" if doc.get("ok") and not failed else "fail",
+            "seconds": secs, "reason": reason[:1500], "checks": doc.get("checks", [])}
 
 
 # --- earlier reports, by image ID -----------------------------------------------------------

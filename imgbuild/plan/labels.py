@@ -10,6 +10,11 @@ from ..payload.preflight import ImageFacts
 from .plan import Plan
 
 LABEL_NS = "io.imgbuild"
+# Any user: the HOME every cache and JIT directory defaults under, and where a container writes
+# (/tmp, a tmpfs or emptyDir; and the model cache, HF_HOME, where it is mounted).
+RUN_HOME = "/tmp/home"
+WRITABLE = ("/tmp", "HF_HOME")  # a path, or the variable naming one (no $: LABEL expands it)
+ANY_USER = "1000770000:0"  # what the smoke test runs as: a UID with no passwd entry, group 0
 # The labels preflight reads back from a built image.
 LABELS = {
     "archs": f"{LABEL_NS}.archs",
@@ -50,6 +55,10 @@ def labels(draft: Plan) -> dict[str, str]:
            for a, rows in draft.kernel_coverage},
         # A forced image says so in its own metadata, and gets a content key of its own.
         f"{LABEL_NS}.smoke-gate": "forced" if draft.forced else "required",
+        # Root by default (as the engines' own images); any UID with group 0 works on a
+        # read-only root with these writable (the smoke test's any-user stage checks it).
+        f"{LABEL_NS}.user": "0:0; any uid with gid 0",
+        f"{LABEL_NS}.writable": ",".join(WRITABLE),
     }
 
 

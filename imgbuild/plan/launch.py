@@ -20,6 +20,7 @@ from ..catalog.launch import LaunchTable, MultiNode
 from ..catalog.models import ModelProfile, checkpoint_kind
 from ..errors import InputError
 from ..fsutil import atomic_write_text, cannot_write
+from .labels import ANY_USER
 from .plan import Plan
 
 # Kubernetes' probe period; the startup probe's threshold is the engine's startup timeout in
@@ -31,6 +32,7 @@ PROBE_PERIOD_S = 10
 LWS_VARS = {"leader": "$(LWS_LEADER_ADDRESS)", "nnodes": "$(LWS_GROUP_SIZE)",
             "node_rank": "$(LWS_WORKER_INDEX)"}
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+ANY_UID = int(ANY_USER.split(":")[0])  # the UID the image's smoke test runs as
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # on every pod of the set (the same file)
 MANAGED = {"app.kubernetes.io/managed-by": "imgbuild"}
 _DOCKER_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -66,6 +68,7 @@ class Launch:
     startup_timeout_s: int = 1800
     multi_node: MultiNode | None = None
     image_digest: str | None = None  # sha256:... when known (pushed): compose and k8s pin it
+    model_size_gb: float | None = None  # the profile's weights: what a cache claim must hold
 
     @property
     def pinned_image(self) -> str:
@@ -168,6 +171,7 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
         models_path=eng.models_path, ready_paths=eng.ready_paths, env=tuple(env), gpus=gpus,
         ipc_host=eng.ipc_host, shm_size=eng.shm_size, ulimits=eng.ulimits,
         volumes=tuple(volumes), phases=eng.phases, labels=labels, pass_env=eng.pass_env,
+        model_size_gb=plan.model_size_gb,
         model=model, model_source=source, target=plan.target,
         tensor_parallel=(profile.tensor_parallel if profile and source != "smoke" else 1),
         startup_timeout_s=eng.startup_timeout_s, multi_node=eng.multi_node,
@@ -270,7 +274,13 @@ def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> d
         c["env"] = env
     if gpus:
         c["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] if launch.shm_size else []
+    # The restricted Pod Security standard, and what OpenShift's restricted SCC asks: no root,
+    # no privilege escalation, no capabilities, the runtime's seccomp profile, a read-only
+    # root; the image works so as any UID with group 0 (its smoke test's any-user stage).
+    c["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    mounts += [{"name": "dshm", "mountPath": "/dev/shm"}] if launch.shm_size else []
     mounts += [{"name": _vol_name(cpath), "mountPath": cpath, "readOnly": mode == "ro"}
                for _h, cpath, mode in launch.volumes]
     if mounts:
@@ -290,21 +300,46 @@ def _vol_name(container_path: str) -> str:
 
 
 def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> dict[str, Any]:
-    vols: list[dict[str, Any]] = []
+    # /tmp: HOME and every cache and JIT directory of the image (io.imgbuild.writable).
+    vols: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if launch.shm_size:
         # A Pod has no ipc host: /dev/shm is a memory-backed emptyDir of the engine's size
         # (Docker's default 64 MiB breaks NCCL and the engines' worker processes).
         vols.append({"name": "dshm", "emptyDir": {"medium": "Memory",
                                                   "sizeLimit": _quantity(launch.shm_size)}})
-    for host, cpath, mode in launch.volumes:
-        # The node's own directory at the path this host uses: the Hugging Face cache (kept
-        # across restarts) or the checkpoint. For shared storage, make it a PVC.
-        vols.append({"name": _vol_name(cpath), "hostPath": {
-            "path": host, "type": "Directory" if mode == "ro" else "DirectoryOrCreate"}})
-    spec: dict[str, Any] = {"containers": [_container(launch, args, gpus, probes=probes)]}
+    for _host, cpath, mode in launch.volumes:
+        # A PersistentVolumeClaim (emitted beside the workload): the restricted standard allows
+        # no hostPath. The Hugging Face cache is kept across restarts; a local checkpoint's
+        # claim is filled with the checkpoint before the first start.
+        vols.append({"name": _vol_name(cpath), "persistentVolumeClaim": {
+            "claimName": _claim_name(launch, cpath), "readOnly": mode == "ro"}})
+    spec: dict[str, Any] = {
+        # runAsUser: a UID with no passwd entry, group 0 (OpenShift assigns its own from the
+        # namespace's range: drop runAsUser there). fsGroup 0: the claims are group 0's.
+        "securityContext": {"runAsNonRoot": True, "runAsUser": ANY_UID, "runAsGroup": 0,
+                            "fsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [_container(launch, args, gpus, probes=probes)]}
     if vols:
         spec["volumes"] = vols
     return spec
+
+
+def _claim_name(launch: Launch, container_path: str) -> str:
+    return f"{_k8s_name(launch.name)}-{_vol_name(container_path)}"
+
+
+def _claims(launch: Launch) -> list[dict[str, Any]]:
+    """A claim per volume: the cache read-write on one node, a checkpoint read-only on many."""
+    out = []
+    for _host, cpath, mode in launch.volumes:
+        # The weights and a fifth more (tokenizer, config, a partial download's headroom).
+        size = max(10, math.ceil(launch.model_size_gb * 1.2)) if launch.model_size_gb else 100
+        out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": _claim_name(launch, cpath),
+                                 "labels": _labels(_k8s_name(launch.name))},
+                    "spec": {"accessModes": ["ReadOnlyMany" if mode == "ro" else "ReadWriteOnce"],
+                             "resources": {"requests": {"storage": f"{size}Gi"}}}})
+    return out
 
 
 def _labels(name: str, **more: str) -> dict[str, str]:
@@ -334,7 +369,7 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
         service = {"apiVersion": "v1", "kind": "Service",
                    "metadata": {"name": name, "labels": _labels(name)},
                    "spec": {"selector": {"app.kubernetes.io/name": name}, "ports": svc_port}}
-        return [deploy, service]
+        return [deploy, service, *_claims(launch)]
     mn = launch.multi_node
     if mn is None:
         raise InputError(f"{launch.model} needs {tp} GPUs (tensor parallel) and a node has "
@@ -378,7 +413,7 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
                "metadata": {"name": f"{name}-api", "labels": _labels(name)},
                "spec": {"selector": {LWS_NAME_LABEL: name, "role": "leader"},
                         "ports": svc_port}}
-    return [lws, service]
+    return [lws, service, *_claims(launch)]
 
 
 def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int) -> list[Path]:

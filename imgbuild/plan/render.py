@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import payload
 from ..payload.preflight import ENTRYPOINT_SH
-from .labels import facts_from_labels
+from .labels import RUN_HOME, facts_from_labels
 from .patchset import apply_command
 from .plan import Plan
 
@@ -20,7 +20,8 @@ PAYLOAD_DIR = Path(payload.__file__).parent
 PAYLOAD = PAYLOAD_DIR / "smoke.py"
 # What runs inside the image besides the engine: stdlib-only scripts, copied as they are.
 PAYLOAD_FILES = ("smoke.py", "preflight.py", "smokegen.py", "engine_schemes.py", "serve.py",
-                 "scheme-probes.json")
+                 "scheme-probes.json", "anyuser.py")
+
 VENV = "/opt/venv"
 TOOLS = "/opt/imgbuild-tools"  # bind-mounted from the context: uv never lands in a layer
 WHEELS = "/opt/imgbuild-wheels"
@@ -190,6 +191,12 @@ def dockerfile(plan: Plan) -> str:
         ]
     labels = " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in plan.labels)
     out += [
+        "# Any user (a random UID with group 0, as restricted pods and OpenShift run them) on a\n"
+        "# read-only root: HOME, and with it every cache and JIT directory the engines default\n"
+        "# to under ~ (Triton, FlashInfer, DeepGEMM, TVM, CUDA's), is under /tmp, the one place\n"
+        "# written besides the model cache; USER answers getpass for a UID with no passwd entry\n"
+        "# (torch's inductor asks). Metadata only, like the labels: it rebuilds no layer.\n",
+        f"ENV HOME={RUN_HOME} XDG_CACHE_HOME={RUN_HOME}/.cache USER=imgbuild LOGNAME=imgbuild\n",
         "# Labels last: metadata only, so changing one rebuilds nothing above.\n",
         f"LABEL {labels}\n",
         "# The host preflight runs before the server (IMGBUILD_PREFLIGHT=0 skips it).\n",
