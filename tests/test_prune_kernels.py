@@ -24,9 +24,13 @@ def ws():
 def test_a_blackwell_only_target_drops_the_hopper_only_library(ws):
     plan = make_plan(ws, "sglang-blackwell-slim", resolve=False)
     assert FA3 in plan.prune
-    # The record behind the decision: the file is there, and no target arch runs its code.
-    [(pkg, member, _)] = [f for f in plan.kernel_files if f[1] == FA3[1]]
-    assert pkg == "sglang-kernel"
+    # Not in the image, so not among the kernel files the smoke test checks are installed
+    # (that stage failed the first image built with the rule: "flash_ops.abi3.so is not
+    # installed").
+    assert not [f for f in plan.kernel_files if f[1] == FA3[1]]
+    # The same target with sm90 keeps it, and lists it.
+    with_hopper = make_plan(ws, "sglang-blackwell-slim", resolve=False, archs=("sm90", "sm100"))
+    assert [f[0] for f in with_hopper.kernel_files if f[1] == FA3[1]] == ["sglang-kernel"]
     # And the Dockerfile's install step removes it, listing it in pruned-rest.txt.
     from imgbuild.plan import render
 
