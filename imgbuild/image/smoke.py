@@ -41,7 +41,8 @@ def host_has_gpu_runtime() -> bool:
     return "nvidia" in info.stdout and shutil.which("nvidia-smi") is not None
 
 
-def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
+def run(image: str, timeout: int = 900, gpu: str = "auto",
+        env: dict[str, str] | None = None) -> SmokeReport:
     """Run the payload with no network: a smoke test must not depend on anything outside.
 
     gpu: auto runs stage 4 (the image's engine on a GPU) where this host has one; off skips
@@ -57,32 +58,21 @@ def run(image: str, timeout: int = 900, gpu: str = "auto") -> SmokeReport:
     image_id, _, engine = insp.stdout.strip().partition(" ")
     engine = engine.split("==")[0] or None
     gpus = ["--gpus", "all"] if gpu != "off" and host_has_gpu_runtime() else []
-    base_args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
-                 "--facts", f"{render.ASSETS}/image.json"]
     engine_args = ["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []
-    args = [*base_args, "--gpu", gpu, "--json", *engine_args]
-    try:
-        # --entrypoint: the smoke test checks the image, not this host (that is preflight's job).
-        proc = run_container("imgbuild-smoke", ["--network", "none", *gpus, "--entrypoint",
-                                                "python", image, f"{render.ASSETS}/smoke.py",
-                                                *args],
-                             capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return _failed(image, start, f"timed out after {timeout} s")
-    secs = time.monotonic() - start
-    try:
-        raw = json.loads(proc.stdout[proc.stdout.index("{"):])
-    except ValueError:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        return _failed(image, start, "the payload printed no report: " + " | ".join(tail))
-    stages = list(raw.get("stages", []))
-    ok = bool(raw.get("ok")) and proc.returncode == 0
-    if ok:
-        # Only an image that passed as root is worth checking as any user.
-        stage = any_user(image, engine, [*base_args, "--gpu", "off", *engine_args],
-                         timeout=timeout)
-        stages.append(stage)
-        ok = stage["status"] == "pass"
+    smoke_args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
+                  "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, *engine_args]
+    # One container, as a restricted pod runs it: the any-user checks, then every stage of the
+    # payload as that user on a read-only root (image/smoke.py ANY_USER_FLAGS).
+    doc, failure = _as_any_user(image, engine, smoke_args, gpus=gpus, timeout=timeout, env=env)
+    if failure is not None:
+        return _failed(image, start, failure)
+    raw = doc.get("smoke") or {}
+    if not raw.get("stages"):
+        return _failed(image, start, "the payload printed no report: "
+                       + str(raw.get("error", ""))[-1500:])
+    stage = _any_user_stage(doc)
+    stages = [*raw["stages"], stage]
+    ok = bool(raw.get("ok")) and stage["status"] == "pass"
     secs = time.monotonic() - start
     report = SmokeReport(image, ok, tuple(stages), secs, raw | {"stages": stages}, image_id)
     remember(report)
@@ -94,16 +84,29 @@ ANY_USER_STAGE = "any-user"
 # emptyDir there), no capabilities, no privilege escalation. exec: Triton and the JIT caches
 # load the code they compile from there.
 ANY_USER_FLAGS = ("--user", labels.ANY_USER, "--read-only",
-                  "--tmpfs", "/tmp:rw,exec,nosuid,nodev,size=2g", "--cap-drop", "ALL",
+                  "--tmpfs", "/tmp:rw,exec,nosuid,nodev", "--cap-drop", "ALL",
                   "--security-opt", "no-new-privileges")
 
 
 def any_user(image: str, engine: str | None, smoke_args: list[str], *, timeout: int = 900,
              env: dict[str, str] | None = None) -> dict:
-    """The any-user stage: through the image's entrypoint (so the host preflight runs as that
-    user too), anyuser.py as UID 1000770000 with group 0 on a read-only root: getpass, every
-    cache directory writable, the engine imported, then the smoke payload itself."""
-    start = time.monotonic()
+    """The any-user stage alone (its checks, and the smoke payload run as that user)."""
+    doc, failure = _as_any_user(image, engine, smoke_args, gpus=[], timeout=timeout, env=env)
+    if failure is not None:
+        return {"name": ANY_USER_STAGE, "status": "fail", "reason": failure, "checks": []}
+    stage = _any_user_stage(doc)
+    smoke_ok = bool((doc.get("smoke") or {}).get("ok"))
+    if stage["status"] == "pass" and not smoke_ok:
+        stage = stage | {"status": "fail", "reason": stage["reason"] + "; the smoke payload "
+                         "failed as this user"}
+    return stage
+
+
+def _as_any_user(image: str, engine: str | None, smoke_args: list[str], *, gpus: list[str],
+                 timeout: int, env: dict[str, str] | None) -> tuple[dict, str | None]:
+    """Through the image's entrypoint, as UID 1000770000 with group 0 on a read-only root:
+    payload/anyuser.py (getpass, every cache directory written, the host preflight, the engine
+    imported), then the smoke payload. Its report, or why there is none."""
     cmd = ["python", f"{render.ASSETS}/anyuser.py", "--json",
            *(["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []),
            "--", *smoke_args]
@@ -111,25 +114,27 @@ def any_user(image: str, engine: str | None, smoke_args: list[str], *, timeout: 
     try:
         # The entrypoint runs (as this user), its host check left to anyuser.py, which runs
         # it and judges only whether it could run: the host's verdict is preflight's business.
-        proc = run_container("imgbuild-anyuser", ["--network", "none", *ANY_USER_FLAGS, *extra,
-                                                  "-e", "IMGBUILD_PREFLIGHT=0", image, *cmd],
+        proc = run_container("imgbuild-smoke", ["--network", "none", *gpus, *ANY_USER_FLAGS,
+                                                *extra, "-e", "IMGBUILD_PREFLIGHT=0", image,
+                                                *cmd],
                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"name": ANY_USER_STAGE, "status": "fail", "seconds": float(timeout),
-                "reason": f"timed out after {timeout} s"}
-    secs = round(time.monotonic() - start, 2)
+        return {}, f"timed out after {timeout} s"
     try:
-        doc = json.loads(proc.stdout[proc.stdout.rindex('{"ok"'):])
+        return json.loads(proc.stdout[proc.stdout.rindex('{"ok"'):]), None
     except ValueError:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
-        return {"name": ANY_USER_STAGE, "status": "fail", "seconds": secs,
-                "reason": f"as {labels.ANY_USER} on a read-only root: no report: {tail[-500:]}"}
-    failed = [c for c in doc.get("checks", []) if c.get("status") != "pass"]
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        return {}, f"the payload printed no report (as {labels.ANY_USER}): {tail[-1500:]}"
+
+
+def _any_user_stage(doc: dict) -> dict:
+    checks = [c for c in doc.get("checks", []) if c.get("name") != "smoke"]
+    failed = [c for c in checks if c.get("status") != "pass"]
     reason = (f"as {labels.ANY_USER} on a read-only root: " +
               ("; ".join(f"{c['name']}: {c['reason']}" for c in failed) if failed else
-               f"{len(doc.get('checks', []))} checks passed"))
-    return {"name": ANY_USER_STAGE, "status": "pass" if doc.get("ok") and not failed else "fail",
-            "seconds": secs, "reason": reason[:1500], "checks": doc.get("checks", [])}
+               f"{len(checks)} checks passed"))
+    return {"name": ANY_USER_STAGE, "status": "fail" if failed else "pass",
+            "reason": reason[:1500], "checks": checks}
 
 
 # --- earlier reports, by image ID -----------------------------------------------------------

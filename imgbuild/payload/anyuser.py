@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                        or smoke.get("error", "")[-300:]})
     ok = all(c["status"] == "pass" for c in checks)
     doc = {"ok": ok, "uid": os.getuid(), "gid": os.getgid(), "checks": checks}
+    if smoke is not None:
+        doc["smoke"] = smoke
     if args.json:
         print(json.dumps(doc))
     else:
