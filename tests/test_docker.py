@@ -291,7 +291,7 @@ def test_refresh_digests_pins_cuda_bases_from_a_mirror(base_image, images_copy, 
                                                        docker_client):
     """Docker Hub is out of reach here: the same Distribution API is exercised against the
     local registry holding an image under the nvidia/cuda path."""
-    from imgbuild.image.registry import push
+    from imgbuild.image.wire import push_ref as push
 
     host = registry_repo.split("/")[0]
     mirror = f"{host}/mirror-{registry_repo.rsplit('-', 1)[1]}"
