@@ -112,7 +112,7 @@ def main() -> None:
             assert prev["moved"], "the smoke test did not pass: no moving tag to read"
             out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
                                "pushed_bytes": prev["push"]["sent_bytes"]}
-            prev_blobs = {la["digest"] for la in layers(repo, prev["content_tag"].rsplit(":")[1])}
+            prev_blobs = {la["digest"] for la in layers(repo, prev["content_tag"].rsplit(":", 1)[1])}
             # What the image weighs, and where (the slim image against SGLang's own runtime
             # image): `imgbuild size`, kept beside the bump's numbers.
             r = subprocess.run([IMGBUILD, "size", prev["content_tag"], "--json"], cwd=ROOT,
@@ -130,7 +130,7 @@ def main() -> None:
                     "build", args.target, "--model", args.model, "--no-smoke", "--no-cache-from",
                     "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
                 subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)  # disk
-                ref_today = f"{reg_today}/bench:{today['content_tag'].rsplit(':')[1]}"
+                ref_today = f"{reg_today}/bench:{today['content_tag'].rsplit(':', 1)[1]}"
                 sh(DOCKER, "tag", today["content_tag"], ref_today)
                 push_s, _ = sh(DOCKER, "push", ref_today)
                 out["today"] = {"seconds": round(secs_build + push_s, 1),
@@ -146,7 +146,7 @@ def main() -> None:
             secs, new = imgbuild("build", args.target, "--model", args.model, "--no-smoke",
                                  "--push", "--registry", repo_name, "--log-dir", str(logs),
                                  cwd=proj)
-            new_layers = layers(repo, new["content_tag"].rsplit(":")[1])
+            new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])
             changed = [la for la in new_layers if la["digest"] not in prev_blobs]
             out["imgbuild"] = {"seconds": secs, "index_bytes": fetched_bytes(logs),
                                "sent_bytes": dir_bytes(scratch / "r") - before,
