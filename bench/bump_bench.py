@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--model", default="k2.6")
     ap.add_argument("--engine-pin", default="sglang==0.5.22")
     args = ap.parse_args()
+    model = ["--model", args.model] if args.model else []
     out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin}
     with tempfile.TemporaryDirectory(prefix="bump-bench-", dir="/var/tmp") as td:
         scratch = Path(td)
@@ -107,7 +108,7 @@ def main() -> None:
             repo = Repository.parse(repo_name)
             # 1. the previous image, with its moving tags in the registry
             fresh_runner((repo_name,))
-            secs, prev = imgbuild("build", args.target, "--model", args.model, "--push",
+            secs, prev = imgbuild("build", args.target, *model, "--push",
                                   "--registry", repo_name, "--compression", "gzip", cwd=ROOT)
             assert prev["moved"], "the smoke test did not pass: no moving tag to read"
             out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
@@ -127,7 +128,7 @@ def main() -> None:
             with scratch_registry(scratch / "r-today") as reg_today:
                 logs = scratch / "logs-today"
                 secs_build, today = imgbuild(
-                    "build", args.target, "--model", args.model, "--no-smoke", "--no-cache-from",
+                    "build", args.target, *model, "--no-smoke", "--no-cache-from",
                     "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
                 subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)  # disk
                 ref_today = f"{reg_today}/bench:{today['content_tag'].rsplit(':', 1)[1]}"
@@ -143,7 +144,7 @@ def main() -> None:
             before = dir_bytes(scratch / "r")
             logs = scratch / "logs-imgbuild"
             t = time.perf_counter()
-            secs, new = imgbuild("build", args.target, "--model", args.model, "--no-smoke",
+            secs, new = imgbuild("build", args.target, *model, "--no-smoke",
                                  "--push", "--registry", repo_name, "--log-dir", str(logs),
                                  cwd=proj)
             new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])

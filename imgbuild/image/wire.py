@@ -11,7 +11,9 @@ a fresh CI runner has) and from what this machine pushed to that registry before
 Engine keeps its own record). Only the layers it lacks are compressed and sent; the rest cost
 one HEAD each.
 
-The layers come from `docker save`, streamed (never written to disk here): the legacy layout
+The layers come from `docker save`, streamed (never written to disk here; Docker Engine 20.10
+itself writes the whole image under its data root first, so a push needs that much free disk
+there): the legacy layout
 of Engine 20.10 (`<v1 id>/layer.tar`, a layer known only once hashed, so the size the earlier
 manifest recorded for it picks which layers to hash without compressing) and the OCI layout of
 Engine >= 25 (`blobs/sha256/<diff id>`). The image config is sent byte for byte as the Engine
@@ -28,6 +30,8 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import docker.errors
 
 from ..errors import EnvError, JobFailed
 from ..fsutil import atomic_write_text
@@ -195,8 +199,11 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
         for attempt in range(2):  # a second pass only after a size collision (see _read_save)
             if not needed and config_here:
                 break
-            config, missed = _read_save(client, image_id, repo, needed, have, sent, comp,
-                                        moving.feed, trust_sizes=attempt == 0)
+            try:
+                config, missed = _read_save(client, image_id, repo, needed, have, sent, comp,
+                                            moving.feed, trust_sizes=attempt == 0)
+            except (docker.errors.DockerException, tarfile.TarError, OSError) as e:
+                raise _save_failed(ref, img, e) from None
             needed = [d for d in needed if d in missed]
             config_here = config_here or config is not None
         if needed:
@@ -221,6 +228,22 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
     remember_pushed(repo.host or "", comp, sent)
     return Pushed(digest, manifest, comp.name, sum(h.size for h in sent.values()), len(sent),
                   len(have))
+
+
+def _save_failed(ref: str, img, e: Exception) -> EnvError:
+    """`docker save` stopped: Docker Engine 20.10 writes the whole image to its own disk
+    (/var/lib/docker/tmp) before it streams a byte, so a full disk is the usual cause."""
+    said = str(getattr(e, "explanation", None) or e)
+    size = int(img.attrs.get("Size") or 0)
+    full = "no space left" in said.lower()
+    return EnvError(
+        f"push of {ref} stopped: the Docker Engine could not export the image",
+        facts=[said[:300], f"the image is {size / 1e9:.1f} GB unpacked; Docker Engine 20.10's "
+               "`docker save` writes all of it under its data root before streaming it"],
+        hint=("free that much disk on the Engine's data root (`docker system df`; "
+              "`docker builder prune` takes back BuildKit's cache), then run the command "
+              "again: nothing was tagged, and layers already sent are not sent again")
+        if full else "check the Docker daemon's log, then run the command again")
 
 
 def put_manifest(repo, tag: str, manifest: bytes) -> str:
