@@ -99,6 +99,9 @@ def test_the_refs_a_build_reads_the_cache_of():
 
 @pytest.mark.docker
 @pytest.mark.engine_exclusive  # it prunes BuildKit's whole cache: no other build meanwhile
+# slow: the prune empties BuildKit's cache for every test after it (uv's cache mount with it),
+# and in make test those rebuilt what they had cached: the suite took 31 min instead of 18.
+@pytest.mark.slow
 def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(docker_client, tmp_path):
     if not registry_available():
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
