@@ -5,12 +5,13 @@ left under a root-owned directory, so the check can fail."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from imgbuild.image import smoke
-from imgbuild.plan import render
+from imgbuild.plan import labels, render
 from imgbuild.plan.labels import ANY_USER
 
 from .conftest import run_imgbuild
@@ -63,6 +64,28 @@ def test_a_cache_under_a_root_owned_directory_fails_the_stage(tiny, env, check):
     assert check in failed, stage["reason"]
     path = next(iter(env.values()))
     assert path in failed[check]["reason"] and path in stage["reason"]
+
+
+def test_a_root_only_image_is_smoke_tested_as_root_and_says_the_stage_was_skipped(
+        tiny, docker_client):
+    """A target whose image cannot run as any user says why (smoke.root_only); the image's
+    io.imgbuild.user label carries it, so the smoke test of the image (built here or pulled)
+    runs the payload as root and reports the any-user stage skipped, with that reason."""
+    reason = "the engine writes its kernels beside its own modules (upstream issue 123)"
+    dockerfile = (f"FROM {tiny['content_tag']}\n"
+                  f'LABEL io.imgbuild.user="{labels.user_label(reason)}"\n')
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()),
+                                          tag="imgbuild-test-root-only:1", rm=True)
+    try:
+        report = smoke.run("imgbuild-test-root-only:1", gpu="off")
+    finally:
+        docker_client.images.remove(image.id, force=True)
+    stages = {s["name"]: s for s in report.stages}
+    stage = stages[smoke.ANY_USER_STAGE]
+    assert stage["status"] == "skipped", stage
+    assert reason in stage["reason"] and "uid 0 gid 0" in stage["reason"]
+    assert stages["checkpoint-cpu"]["status"] == "pass"
+    assert report.ok  # a skipped stage the target asked for does not fail the image
 
 
 @pytest.mark.slow

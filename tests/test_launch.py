@@ -467,3 +467,24 @@ def test_the_highest_layer_with_a_table_wins(tmp_path):
     # A broken lower table does not matter once a higher layer has its own.
     (lower / LAUNCH_FILES[0]).write_text("engines: [")
     assert load_launch([lower, upper]).engine("vllm").port == 8000
+
+
+def test_k8s_for_a_root_only_image_asks_for_root_and_says_it_is_not_restricted(
+        ws, table, plans, tmp_path):
+    kv = _kv()
+    reason = "the engine writes its kernels beside its modules"
+    plan = dataclasses.replace(plans["sglang-blackwell"], root_only=reason)
+    launch = launch_for(plan, ws.model(plan.model), table, digest=DIGEST)
+    files = emit_k8s(launch, tmp_path, gpus_per_node=8)
+    deploy = next(f for f in files if f.name.endswith("-deployment.yaml"))
+    doc = yaml.safe_load(deploy.read_text())
+    _validate(kv, doc)
+    pod = doc["spec"]["template"]["spec"]
+    with pytest.raises(AssertionError):
+        restricted(pod)  # it cannot meet the restricted standard, and does not pretend to
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is False
+    text = deploy.read_text()
+    assert reason in text and "baseline Pod Security standard, not restricted" in text

@@ -184,3 +184,20 @@ def test_a_split_heavy_layer_installs_the_same_packages_in_two_steps(images_copy
     assert all(n.startswith(("nvidia-", "cuda-")) for n in names["heavy-cuda"])
     assert "nvidia-cublas" in names["heavy-cuda"]
     assert sorted(parts["heavy-cuda"] + parts["heavy-torch"]) == sorted(parts["heavy"])
+
+
+def test_a_root_only_target_says_so_in_its_plan_labels_and_key(images_copy):
+    from imgbuild.plan.labels import root_only_reason
+    from imgbuild.workspace import Workspace
+
+    y = images_copy / "sglang-blackwell-slim.yaml"
+    reason = "the engine writes its kernels beside its modules (upstream issue 123)"
+    y.write_text(y.read_text().replace("smoke:\n", f"smoke:\n  root_only: >-\n    {reason}\n"))
+    any_user = make_plan(WS, "sglang-blackwell-slim", resolve=False)
+    root = make_plan(Workspace(images_copy, images_copy.parent / "lockfiles"),
+                     "sglang-blackwell-slim", resolve=False)
+    assert root.root_only == reason and any_user.root_only is None
+    assert root.content_key != any_user.content_key  # a declared input: another image
+    user = dict(root.labels)["io.imgbuild.user"]
+    assert root_only_reason(user) == reason  # what the smoke test of a pulled image reads
+    assert root_only_reason(dict(any_user.labels)["io.imgbuild.user"]) is None

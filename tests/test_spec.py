@@ -61,6 +61,11 @@ def test_unknown_key_suggests_the_closest(images_copy):
      "requirements: ['torch>=>2']\n", "requirements[0]", "PEP 508"),
     ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: ubuntu-99\n", "os",
      "images/bases.yaml"),
+    # Running as root only needs its reason in words, not a switch.
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: debian-bookworm\n"
+     "smoke: {root_only: true}\n", "smoke.root_only", "written reason"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: debian-bookworm\n"
+     "smoke: {root_only: '  '}\n", "smoke.root_only", "non-empty written reason"),
 ])
 def test_bad_target_fields(images_copy, body, key, expected):
     _write(images_copy, "bad.yaml", body)

@@ -60,6 +60,9 @@ class Target:
     smoke_model: str | None = None
     default_model: str | None = None
     split_heavy_layer: bool = False  # the heavy layer as two (plan/render.py)
+    # Why the image cannot run as any user (`smoke: root_only:`): its smoke test runs as root
+    # and says so, and its Kubernetes manifests ask for root. None: it runs as any UID.
+    root_only: str | None = None
 
     @property
     def engine_requirement(self) -> str:
@@ -143,7 +146,12 @@ def parse_target(name: str, data: Any, path: str) -> Target:
         indexes.append(Index(xd.get("name", str), url, xd.str_list("packages"), ix_platforms))
     smoke = doc.get("smoke", dict, {})
     sd = doc.sub("smoke", smoke)
-    sd.reject_unknown({"model"})
+    sd.reject_unknown({"model", "root_only"})
+    root_only = sd.get("root_only", str, None,
+                       what="a written reason why the image runs as root only")
+    if root_only is not None and not root_only.strip():
+        raise SpecError(path, sd.key("root_only"),
+                        "a non-empty written reason (why the image cannot run as any user)")
     flavor = doc.get("flavor", str, "slim" if archs == ("cpu",) else "devel")
     if flavor not in FLAVORS:
         raise SpecError(path, "flavor", "one of " + ", ".join(FLAVORS), flavor)
@@ -154,6 +162,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
         patches=doc.str_list("patches"), indexes=tuple(indexes),
         smoke_model=sd.get("model", str, None), default_model=doc.get("model", str, None),
         split_heavy_layer=doc.get("split_heavy_layer", bool, False),
+        root_only=" ".join(root_only.split()) if root_only else None,
     )
 
 

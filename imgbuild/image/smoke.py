@@ -51,28 +51,33 @@ def run(image: str, timeout: int = 900, gpu: str = "auto",
     start = time.monotonic()
     engine = None
     insp = run_cli(["image", "inspect", "--format",
-                    '{{.Id}} {{index .Config.Labels "io.imgbuild.engine"}}', image],
+                    '{{.Id}}\t{{index .Config.Labels "io.imgbuild.engine"}}\t'
+                    '{{index .Config.Labels "io.imgbuild.user"}}', image],
                    capture_output=True, text=True)
     if insp.returncode != 0:
         raise InputError(f"image {image} is not here", hint="build or pull it first")
-    image_id, _, engine = insp.stdout.strip().partition(" ")
+    image_id, engine, user = (insp.stdout.rstrip("\n").split("\t") + ["", ""])[:3]
     engine = engine.split("==")[0] or None
+    # A target that cannot run as any user says why (its `smoke: root_only:`, in the image's
+    # io.imgbuild.user label): the payload runs as root, and the any-user stage says it was not.
+    root_only = labels.root_only_reason(user)
     gpus = ["--gpus", "all"] if gpu != "off" and host_has_gpu_runtime() else []
     engine_args = ["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []
     smoke_args = ["--lock", f"{render.ASSETS}/lock.txt", "--model", f"{render.ASSETS}/smoke-model",
                   "--facts", f"{render.ASSETS}/image.json", "--gpu", gpu, *engine_args]
     # One container, as a restricted pod runs it: the any-user checks, then every stage of the
     # payload as that user on a read-only root (image/smoke.py ANY_USER_FLAGS).
-    doc, failure = _as_any_user(image, engine, smoke_args, gpus=gpus, timeout=timeout, env=env)
+    doc, failure = _as_any_user(image, engine, smoke_args, gpus=gpus, timeout=timeout, env=env,
+                                as_root=root_only is not None)
     if failure is not None:
         return _failed(image, start, failure)
     raw = doc.get("smoke") or {}
     if not raw.get("stages"):
         return _failed(image, start, "the payload printed no report: "
                        + str(raw.get("error", ""))[-1500:])
-    stage = _any_user_stage(doc)
+    stage = _any_user_stage(doc) if root_only is None else _root_only_stage(root_only, doc)
     stages = [*raw["stages"], stage]
-    ok = bool(raw.get("ok")) and stage["status"] == "pass"
+    ok = bool(raw.get("ok")) and stage["status"] != "fail"
     secs = time.monotonic() - start
     report = SmokeReport(image, ok, tuple(stages), secs, raw | {"stages": stages}, image_id)
     remember(report)
@@ -83,7 +88,8 @@ ANY_USER_STAGE = "any-user"
 # What a restricted pod gives a container: a read-only root, /tmp writable (a tmpfs here, an
 # emptyDir there), no capabilities, no privilege escalation. exec: Triton and the JIT caches
 # load the code they compile from there.
-ANY_USER_FLAGS = ("--user", labels.ANY_USER, "--read-only",
+ANY_USER = labels.ANY_USER
+ANY_USER_FLAGS = ("--user", ANY_USER, "--read-only",
                   "--tmpfs", "/tmp:rw,exec,nosuid,nodev", "--cap-drop", "ALL",
                   "--security-opt", "no-new-privileges")
 
@@ -103,10 +109,13 @@ def any_user(image: str, engine: str | None, smoke_args: list[str], *, timeout: 
 
 
 def _as_any_user(image: str, engine: str | None, smoke_args: list[str], *, gpus: list[str],
-                 timeout: int, env: dict[str, str] | None) -> tuple[dict, str | None]:
+                 timeout: int, env: dict[str, str] | None,
+                 as_root: bool = False) -> tuple[dict, str | None]:
     """Through the image's entrypoint, as UID 1000770000 with group 0 on a read-only root:
     payload/anyuser.py (getpass, every cache directory written, the host preflight, the engine
-    imported), then the smoke payload. Its report, or why there is none."""
+    imported), then the smoke payload. Its report, or why there is none. as_root: the same
+    run as root on a writable root (a root-only image)."""
+    who = ANY_USER if not as_root else "0:0"
     cmd = ["python", f"{render.ASSETS}/anyuser.py", "--json",
            *(["--engine", engine] if engine in ("sglang", "vllm", "transformers") else []),
            "--", *smoke_args]
@@ -114,7 +123,8 @@ def _as_any_user(image: str, engine: str | None, smoke_args: list[str], *, gpus:
     try:
         # The entrypoint runs (as this user), its host check left to anyuser.py, which runs
         # it and judges only whether it could run: the host's verdict is preflight's business.
-        proc = run_container("imgbuild-smoke", ["--network", "none", *gpus, *ANY_USER_FLAGS,
+        proc = run_container("imgbuild-smoke", ["--network", "none", *gpus,
+                                                *(ANY_USER_FLAGS if not as_root else ()),
                                                 *extra, "-e", "IMGBUILD_PREFLIGHT=0", image,
                                                 *cmd],
                              capture_output=True, text=True, timeout=timeout)
@@ -124,7 +134,14 @@ def _as_any_user(image: str, engine: str | None, smoke_args: list[str], *, gpus:
         return json.loads(proc.stdout[proc.stdout.rindex('{"ok"'):]), None
     except ValueError:
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        return {}, f"the payload printed no report (as {labels.ANY_USER}): {tail[-1500:]}"
+        return {}, f"the payload printed no report (as {who}): {tail[-1500:]}"
+
+
+def _root_only_stage(reason: str, doc: dict) -> dict:
+    who = f"uid {doc.get('uid', '?')} gid {doc.get('gid', '?')}"
+    return {"name": ANY_USER_STAGE, "status": "skipped",
+            "reason": f"skipped: the image runs as root only ({reason[:600]}); the smoke test "
+                      f"ran as {who}", "checks": []}
 
 
 def _any_user_stage(doc: dict) -> dict:

@@ -103,6 +103,7 @@ def make_plan(ws: Workspace, target_name: str, *, model: str | None = None,
         nvcc=sel.nvcc,
         prune=tuple((r.kind, r.pattern) for r in pruned),
         split_heavy=target.split_heavy_layer,
+        root_only=target.root_only,
         kernel_coverage=cov.table() if cov else (),
         # A library the plan prunes is not in the image: the smoke test's kernels stage
         # checks only what is installed.
@@ -140,7 +141,7 @@ def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
 
 # Keys added to targets after images were built: left at their default, a spec reads as it did
 # before the key existed, so that no image's content key moves for a feature it does not use.
-_LATER_KEYS = {"split_heavy_layer": False}
+_LATER_KEYS = {"split_heavy_layer": False, "root_only": None}
 
 
 def spec_digest(target: Target) -> str:

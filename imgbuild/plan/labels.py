@@ -56,10 +56,26 @@ def labels(draft: Plan) -> dict[str, str]:
         # A forced image says so in its own metadata, and gets a content key of its own.
         f"{LABEL_NS}.smoke-gate": "forced" if draft.forced else "required",
         # Root by default (as the engines' own images); any UID with group 0 works on a
-        # read-only root with these writable (the smoke test's any-user stage checks it).
-        f"{LABEL_NS}.user": "0:0; any uid with gid 0",
+        # read-only root with these writable (the smoke test's any-user stage checks it),
+        # unless the target says why it cannot: the smoke test of a pulled image reads it here.
+        f"{LABEL_NS}.user": user_label(draft.root_only),
         f"{LABEL_NS}.writable": ",".join(WRITABLE),
     }
+
+
+ROOT_ONLY = "0:0 only"
+
+
+def user_label(root_only: str | None) -> str:
+    """io.imgbuild.user: who the image runs as, and for a root-only one, why."""
+    return f"{ROOT_ONLY}: {root_only}" if root_only else "0:0; any uid with gid 0"
+
+
+def root_only_reason(user: str | None) -> str | None:
+    """The reason an io.imgbuild.user label gives for running as root only (None: any user)."""
+    if user and user.startswith(ROOT_ONLY):
+        return user[len(ROOT_ONLY):].lstrip(": ").strip() or "no reason given"
+    return None
 
 
 def facts_from_labels(labels: Mapping[str, str] | None) -> ImageFacts:

@@ -69,6 +69,7 @@ class Launch:
     multi_node: MultiNode | None = None
     image_digest: str | None = None  # sha256:... when known (pushed): compose and k8s pin it
     model_size_gb: float | None = None  # the profile's weights: what a cache claim must hold
+    root_only: str | None = None  # why the image runs as root only (its target's smoke.root_only)
 
     @property
     def pinned_image(self) -> str:
@@ -175,7 +176,7 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
         model=model, model_source=source, target=plan.target,
         tensor_parallel=(profile.tensor_parallel if profile and source != "smoke" else 1),
         startup_timeout_s=eng.startup_timeout_s, multi_node=eng.multi_node,
-        image_digest=digest)
+        image_digest=digest, root_only=plan.root_only)
 
 
 def _local_dir(profile: ModelProfile, root: Path | None) -> Path | None:
@@ -279,6 +280,11 @@ def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> d
     # root; the image works so as any UID with group 0 (its smoke test's any-user stage).
     c["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                             "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    if launch.root_only:
+        # A root-only image (its target says why): root, and the root filesystem writable; the
+        # rest of what the restricted standard asks still holds. It meets the baseline standard.
+        c["securityContext"] = {"allowPrivilegeEscalation": False, "runAsNonRoot": False,
+                                "runAsUser": 0, "readOnlyRootFilesystem": False}
     mounts = [{"name": "tmp", "mountPath": "/tmp"}]
     mounts += [{"name": "dshm", "mountPath": "/dev/shm"}] if launch.shm_size else []
     mounts += [{"name": _vol_name(cpath), "mountPath": cpath, "readOnly": mode == "ro"}
@@ -317,7 +323,9 @@ def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> di
         # runAsUser: a UID with no passwd entry, group 0 (OpenShift assigns its own from the
         # namespace's range: drop runAsUser there). fsGroup 0: the claims are group 0's.
         "securityContext": {"runAsNonRoot": True, "runAsUser": ANY_UID, "runAsGroup": 0,
-                            "fsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
+                            "fsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}}
+        if not launch.root_only else
+        {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(launch, args, gpus, probes=probes)]}
     if vols:
         spec["volumes"] = vols
@@ -432,6 +440,10 @@ def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int) -> list[Path]:
                   "when it exists (kubectl create secret generic ... --from-literal=NAME=VALUE).\n")
     if not launch.image_digest:
         notes += "# The image is named by tag: pass the pushed image's digest to pin it.\n"
+    if launch.root_only:
+        notes += ("# This image runs as root only (" + " ".join(launch.root_only.split())[:300]
+                  + "):\n# these manifests meet the baseline Pod Security standard, not "
+                  "restricted; a restricted namespace refuses them.\n")
     out: list[Path] = []
     for doc in docs:
         path = Path(dir) / f"{doc['metadata']['name']}-{doc['kind'].lower()}.yaml"

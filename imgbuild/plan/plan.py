@@ -69,6 +69,9 @@ class Plan:
     # The heavy layer as two (CUDA wheels, then torch and Triton): the Engine fetches layers in
     # parallel but unpacks them one by one (the target's `split_heavy_layer`).
     split_heavy: bool = False
+    # Why the image runs as root only (the target's `smoke: root_only:`); None: any UID with
+    # group 0 on a read-only root, which the smoke test's any-user stage checks.
+    root_only: str | None = None
     # GPU code coverage read from the locked wheels (plan/coverage.py): per arch, package →
     # sass | ptx | jit | none; and the (package, member, sha256) of every file it was read
     # from, which the smoke test checks the image installed unchanged.

@@ -9,6 +9,7 @@ from ...catalog.models import ModelProfile
 from ...checks import drift
 from ...pipeline.lock import LockReport
 from ...pipeline.plan import IndexReport, PlanReport
+from ...plan.labels import ANY_USER
 from ..console import Output
 from . import kv, lines, table
 from .models import quantization, quantization_cell
@@ -81,6 +82,10 @@ def plan(out: Output, report: PlanReport, model: ModelProfile | None = None) -> 
         ("patches", ", ".join(p.patches) or "none"),
         ("smoke model", f"{p.smoke_model} ({(p.smoke_model_key or '')[:12]})"
          if p.smoke_model else "none"),
+        ("runs as", f"root only: {p.root_only} (the smoke test's any-user stage is skipped; "
+         "its Kubernetes manifests ask for root)" if p.root_only else
+         f"root, or any UID with group 0 on a read-only root (the smoke test runs as "
+         f"{ANY_USER})"),
         ("content key", p.content_key),
         ("tags", "\n".join(p.refs)),
         ("dependency check", "skipped (--no-checks)" if report.findings is None else
