@@ -296,3 +296,94 @@ def test_a_needed_layer_the_size_of_a_held_one_is_still_sent(docker_client, tmp_
                 docker_client.images.remove(f"{repo}:{t}")
             except Exception:  # noqa: BLE001 (gone already)
                 pass
+
+
+@pytest.mark.docker
+def test_a_layer_compressed_once_is_sent_again_from_the_blob_cache(docker_client, tmp_path,
+                                                                   monkeypatch):
+    """The second push of an image, to another repository, sends the bytes the first one
+    compressed, from this machine's blob cache: no `docker save`, the same blobs and manifest.
+    A cached blob whose bytes no longer match is dropped and compressed again; a limit of 0
+    turns the cache off."""
+    import os as _os
+
+    from imgbuild.image import blobcache
+    from imgbuild.image import wire as push_wire
+    from imgbuild.image.registry import Repository
+
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    base = docker_client.images.list(name="imgbuild-base")
+    if not base:
+        pytest.skip("skipped: no imgbuild-base image here (make demo bootstraps it)")
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "a").write_bytes(_os.urandom(3_000_000))
+    (ctx / "Dockerfile").write_text(f"FROM {base[0].tags[0]}\nCOPY a /a\n")
+    name = f"imgbuild-test-blobcache-{uuid.uuid4().hex[:8]}"
+    image, _ = docker_client.images.build(path=str(ctx), tag=f"{name}:t", rm=True)
+    saves = []
+    real_get_image = docker_client.api.get_image
+
+    def counted(*a, **kw):
+        saves.append(a)
+        return real_get_image(*a, **kw)
+
+    monkeypatch.setattr(docker_client.api, "get_image", counted)
+    gz = wire.compression("gzip")
+
+    def push_to(suffix: str):
+        repo = f"{REGISTRY_HOST}/{name}-{suffix}"
+        image.tag(repo, "t")
+        try:
+            return push_wire.push(docker_client, f"{repo}:t", Repository.parse(repo), comp=gz)
+        finally:
+            docker_client.images.remove(f"{repo}:t")
+
+    try:
+        first = push_to("a")
+        assert first.cached_layers == 0 and first.sent_layers >= 2 and len(saves) == 1
+        second = push_to("b")
+        assert len(saves) == 1  # nothing exported from the Engine
+        assert second.cached_layers == second.sent_layers == first.sent_layers
+        assert second.digest == first.digest and second.sent_bytes == first.sent_bytes
+        # A blob whose bytes changed on disk is not sent: compressed again, the same digest.
+        diff_id = image.attrs["RootFS"]["Layers"][-1]
+        path = blobcache._layer_path("gzip", diff_id)
+        data = bytearray(path.read_bytes())
+        data[100] ^= 0xFF
+        path.write_bytes(bytes(data))
+        third = push_to("c")
+        assert third.cached_layers == first.sent_layers - 1 and len(saves) == 2
+        assert third.digest == first.digest
+        assert blobcache.layer("gzip", diff_id) is not None  # kept again, right this time
+        monkeypatch.setenv("IMGBUILD_BLOB_CACHE_GB", "0")
+        fourth = push_to("d")
+        assert fourth.cached_layers == 0 and len(saves) == 3 and fourth.digest == first.digest
+    finally:
+        docker_client.images.remove(f"{name}:t", force=True)
+
+
+def test_the_blob_cache_keeps_to_its_limit_dropping_the_least_recently_used(tmp_path,
+                                                                           monkeypatch):
+    import os as _os
+    import time as _time
+
+    from imgbuild.image import blobcache
+
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path))
+    monkeypatch.setenv("IMGBUILD_BLOB_CACHE_GB", "0.000003")  # 3000 bytes
+    for i in range(4):
+        with blobcache.writer("gzip") as f:
+            body = bytes([i]) * 1000
+            f.write(body)
+            blobcache.commit(f, "gzip", f"sha256:{i:064x}", "sha256:" +
+                             hashlib.sha256(body).hexdigest(), 1000, 1000)
+        path = blobcache._layer_path("gzip", f"sha256:{i:064x}")
+        _os.utime(path, (_time.time() - 100 + i, _time.time() - 100 + i))
+        if i == 1:  # 0 used again: now the most recent
+            assert blobcache.layer("gzip", f"sha256:{0:064x}") is not None
+    kept = {i for i in range(4) if blobcache._layer_path("gzip", f"sha256:{i:064x}").exists()}
+    assert kept == {0, 2, 3}  # 3000 bytes; 1 the least recently used (0 was read again)
+    assert not list((tmp_path / "blobs" / "layers" / "gzip").glob(".partial-*"))

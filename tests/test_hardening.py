@@ -667,7 +667,9 @@ def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client
     reg = Registry(tmp_path / "reg").start()
     try:
         repo = f"{reg.host}/imgbuild"
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1") | (
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1",
+                   # compressed as it goes, not sent from the blob cache: slow enough
+                   IMGBUILD_BLOB_CACHE_GB="0") | (
             {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
         p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                               "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -206,7 +206,9 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
     conf = tmp_path / "conf"
     conf.mkdir()
     env = dict(os.environ, DOCKER_CONFIG=str(conf), UV_PYTHON_DOWNLOADS="never",
-               HF_HUB_OFFLINE="1") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
+               HF_HUB_OFFLINE="1",
+               # compressed as it goes, not sent from the blob cache: slow enough to kill
+               IMGBUILD_BLOB_CACHE_GB="0") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
     proc = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                              "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -37,7 +37,7 @@ from ..errors import EnvError, JobFailed
 from ..fsutil import atomic_write_text
 from ..lock.wheels import cache_root
 from ..progress import SILENT, Progress
-from . import registry
+from . import blobcache, registry
 from .compression import SAME, Compression
 from .compression import compression as compression_named
 
@@ -137,6 +137,7 @@ class Pushed:
     sent_bytes: int  # compressed bytes uploaded
     sent_layers: int
     reused_layers: int  # held by the registry already
+    cached_layers: int = 0  # of those sent, how many from this machine's blob cache
 
 
 class _Stream(io.RawIOBase):
@@ -191,21 +192,33 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
                                    scope=scope).status_code == 200
     sent: dict[str, Held] = {}
     config: bytes | None = None
+    from_cache = 0
     with progress.transfer("push", ref) as moving:
         for d in dict.fromkeys(diff_ids):
             if d in have:
                 moving.feed({"id": d[7:19], "status": "Layer already exists"})
         needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
+        # What this machine compressed before (image/blobcache.py): sent from there, with no
+        # export from the Engine and no compression; the rest go through `docker save`.
+        for d in list(needed):
+            if (c := blobcache.layer(comp.name, d)) is not None:
+                sent[d] = _send_cached(c, repo, blobs, scope, comp, moving.feed, d[7:19])
+                needed.remove(d)
+                from_cache += 1
+        if not config_here:
+            config = blobcache.config(image_id)
         for attempt in range(2):  # a second pass only after a size collision (see _read_save)
-            if not needed and config_here:
+            if not needed and (config_here or config is not None):
                 break
             try:
-                config, missed = _read_save(client, image_id, repo, needed, have, sent, comp,
-                                            moving.feed, trust_sizes=attempt == 0)
+                got, missed = _read_save(client, image_id, repo, needed, have | sent, sent,
+                                         comp, moving.feed, trust_sizes=attempt == 0)
             except (docker.errors.DockerException, tarfile.TarError, OSError) as e:
                 raise _save_failed(ref, img, e) from None
             needed = [d for d in needed if d in missed]
-            config_here = config_here or config is not None
+            if got is not None:
+                config = got
+                blobcache.keep_config(image_id, got)
         if needed:
             raise JobFailed(f"push of {ref}: layers of the image were not found in `docker save`",
                             facts=[f"missing: {', '.join(d[:19] for d in needed)}"])
@@ -227,7 +240,7 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
         digest = put_manifest(repo, tag, manifest)
     remember_pushed(repo.host or "", comp, sent)
     return Pushed(digest, manifest, comp.name, sum(h.size for h in sent.values()), len(sent),
-                  len(have))
+                  len(have), from_cache)
 
 
 def _save_failed(ref: str, img, e: Exception) -> EnvError:
@@ -333,10 +346,37 @@ def _send_layer(f, size: int, repo, blobs: str, scope: str, comp: Compression,
                   "progressDetail": {"current": done[0], "total": size}})
             yield chunk
 
-    digest, csize = _upload(repo, blobs, scope, comp.compressor(size)(chunks()), None)
-    diff_id = "sha256:" + raw.hexdigest()
+    with blobcache.writer(comp.name) as keep:
+        def tee(body: Iterator[bytes]) -> Iterator[bytes]:
+            for chunk in body:
+                if keep is not None:
+                    keep.write(chunk)
+                yield chunk
+
+        digest, csize = _upload(repo, blobs, scope, tee(comp.compressor(size)(chunks())), None)
+        diff_id = "sha256:" + raw.hexdigest()
+        blobcache.commit(keep, comp.name, diff_id, digest, csize, size)
     feed({"id": lid, "status": "Pushed"})
     return diff_id, Held(digest, csize, comp.media_type, size)
+
+
+def _send_cached(c: blobcache.Cached, repo, blobs: str, scope: str, comp: Compression,
+                 feed: Callable[[dict], None], lid: str) -> Held:
+    """Upload a layer this machine compressed before, from its cache (checked on the way: the
+    digest the registry is told is the one the bytes hash to)."""
+    done = [0]
+
+    def chunks() -> Iterator[bytes]:
+        with open(c.path, "rb") as f:
+            while chunk := f.read(READ_CHUNK):
+                done[0] += len(chunk)
+                feed({"id": lid, "status": "Pushing",
+                      "progressDetail": {"current": done[0], "total": c.size}})
+                yield chunk
+
+    digest, size = _upload(repo, blobs, scope, chunks(), c.digest)
+    feed({"id": lid, "status": "Pushed"})
+    return Held(digest, size, comp.media_type, c.tar_size)
 
 
 def _upload(repo, blobs: str, scope: str, body: Iterator[bytes],

@@ -69,6 +69,7 @@ class Published:
     compression: str | None = None  # of the layers pushed
     sent_bytes: int = 0  # compressed layer bytes uploaded (layers the registry held: none)
     reused_layers: int = 0  # layers the registry held already
+    cached_layers: int = 0  # of those sent, from this machine's blob cache (not compressed again)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class Outcome:
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
             "push": None if p.compression is None else {
                 "compression": p.compression, "sent_bytes": p.sent_bytes,
-                "reused_layers": p.reused_layers},
+                "reused_layers": p.reused_layers, "cached_layers": p.cached_layers},
             "build": None if b.build is None else {
                 "seconds": round(b.build.seconds, 1), "steps": b.build.steps,
                 "cached_steps": b.build.cached_steps,
@@ -334,8 +335,10 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
         digest = sent.digest
         pushed.append(f"{plan.ref()}@{digest}")
         progress.note(f"pushed {plan.ref()}@{digest[:19]}… ({compression}): "
-                      f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}), "
-                      f"{sent.reused_layers} already in the registry")
+                      f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}"
+                      + (f"; {sent.cached_layers} from this machine's blob cache"
+                         if sent.cached_layers else "")
+                      + f"), {sent.reused_layers} already in the registry")
         if gated.report is not None:
             report_ref = f"{repo.name}:" + registry.push_report(
                 repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
@@ -355,4 +358,4 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                               f"{registry.tag_manifest(repo, plan.content_tag, t)}")
     return Published(tuple(pushed), tuple(moved), report_ref,
                      compression if sent else None, sent.sent_bytes if sent else 0,
-                     sent.reused_layers if sent else 0)
+                     sent.reused_layers if sent else 0, sent.cached_layers if sent else 0)
