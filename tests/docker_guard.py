@@ -29,6 +29,15 @@ from pathlib import Path
 import pytest
 
 ENGINE_GROUP = "engine"  # the xdist group of a docker test whose file names none
+# The docker tests of these modules are a second such group, beside the first on another
+# worker (each module's tests still together, in their order): the two halves measured about
+# the same in a `make test` (junit times, 2 cores), and one group of all of them was the whole
+# run's critical path. test_workflow joins test_platforms' group: both build under QEMU.
+ENGINE_GROUP_B = "engine-b"
+ENGINE_B_MODULES = frozenset({"test_hardening", "test_anywhere", "test_run", "test_anyuser",
+                              "test_installed", "test_init", "test_workspace",
+                              "test_compression"})
+MODULE_GROUPS = {"test_workflow": "qemu"}
 # Fixtures that drive the Engine (every fixture built on them asks for them too).
 ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "arm64_base", "private_registry"})
 # The modules' own fixtures that start a real Distribution registry (tests/registries.py); the
@@ -100,7 +109,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("docker") is not None and \
                 item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+            module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+            group = MODULE_GROUPS.get(module) or (
+                ENGINE_GROUP_B if module in ENGINE_B_MODULES else ENGINE_GROUP)
+            item.add_marker(pytest.mark.xdist_group(group))
     if path := getattr(config, "workerinput", {}).get(GROUPS_FILE):
         groups = {item.nodeid: str(mark.args[0]) for item in items
                   if (mark := item.get_closest_marker("xdist_group")) is not None and mark.args}
