@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -87,6 +88,9 @@ def main() -> None:
     ap.add_argument("--model", default="k2.6")
     ap.add_argument("--engine-pin", default="sglang==0.5.22")
     args = ap.parse_args()
+    # Every push compresses what it sends, as a fresh runner's first push does: this
+    # machine's blob cache (image/blobcache.py) would send a later round's bytes from disk.
+    os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"
     model = ["--model", args.model] if args.model else []
     out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin}
     with tempfile.TemporaryDirectory(prefix="bump-bench-", dir="/var/tmp") as td:

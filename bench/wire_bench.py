@@ -124,6 +124,9 @@ def main() -> None:
     ap.add_argument("--target", default="sglang-blackwell-slim")
     ap.add_argument("--model", default="k2.6")
     args = ap.parse_args()
+    # Every push compresses what it sends, as a fresh runner's first push does: this
+    # machine's blob cache (image/blobcache.py) would send a later round's bytes from disk.
+    os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"
     client = docker.from_env(timeout=3600)
     t = time.perf_counter()
     r = subprocess.run([IMGBUILD, "build", args.target, "--model", args.model, "--no-smoke",
