@@ -101,7 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "these tests drive the Docker Engine or a registry but are not marked docker, so "
             "-m 'not docker' would run them:\n  " + "\n  ".join(wrong)
             + "\nmark them @pytest.mark.docker (or the module's pytestmark)")
-    # Under xdist (make test: -n 2 --dist loadgroup) the docker tests of one group run one
+    # Under xdist (make test: -n 3 --dist loadgroup) the docker tests of one group run one
     # after another on one worker: a module's tests share its images, repositories and
     # session fixtures and expect each other's order. A test file picks its group with
     # pytestmark (GROUPS); the rest share ENGINE_GROUP. Groups run beside each other and beside

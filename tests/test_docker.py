@@ -78,13 +78,19 @@ def test_a_no_op_build_reuses_the_smoke_report_of_the_same_image(built, registry
     assert r.returncode == 0, r.stderr[-2000:]
     reg = _json(r)["smoke"]
     assert reg["reused"].startswith(f"registry, {registry_repo}@sha256:"), reg
-    # A cache entry that does not parse is not trusted: the registry's report is next.
-    path = smoke._cache_file(built["image_id"])
+    # A cache entry that does not parse is not trusted: the registry's report is next. (A
+    # cache of this test's own: tests beside it smoke the same image into the shared one.)
+    own = {"IMGBUILD_CACHE": str(tmp_path / "own-cache")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMGBUILD_CACHE", own["IMGBUILD_CACHE"])
+        path = smoke._cache_file(built["image_id"])
+    path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    rerun = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json"))
+    rerun = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--json", env=own))
     assert rerun["smoke"]["reused"].startswith("registry, "), rerun["smoke"]
     # --resmoke: run now, and remembered again.
-    forced = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--resmoke", "--json"))
+    forced = _json(run_imgbuild("tiny-cpu", "--registry", registry_repo, "--resmoke", "--json",
+                                env=own))
     assert forced["smoke"]["reused"] is None and forced["smoke"]["seconds"] > 0
     assert json.loads(path.read_text())["ok"] is True
 
