@@ -272,6 +272,9 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     assert build["smoke"]["ok"] is True
     assert any(p.startswith(f"{registry}:tiny-cpu@") for p in build["pushed"])
     content = build["content_tag"]
+    # The runner pushed once and kept no copy of the compressed layers (the workflow's env).
+    assert build["push"]["cached_layers"] == 0
+    assert not (home / ".cache" / "imgbuild" / "blobs" / "layers").exists()
     # The pages job: the compatibility page from what the registry holds now, with the
     # tiny-cpu image this run pushed and its smoke report; run twice, the same bytes.
     pages = r.job("pages")
