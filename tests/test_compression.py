@@ -350,14 +350,14 @@ def test_a_layer_compressed_once_is_sent_again_from_the_blob_cache(docker_client
         assert second.digest == first.digest and second.sent_bytes == first.sent_bytes
         # A blob whose bytes changed on disk is not sent: compressed again, the same digest.
         diff_id = image.attrs["RootFS"]["Layers"][-1]
-        path = blobcache._layer_path("gzip", diff_id)
+        path = blobcache._layer_path(gz.recipe, diff_id)
         data = bytearray(path.read_bytes())
         data[100] ^= 0xFF
         path.write_bytes(bytes(data))
         third = push_to("c")
         assert third.cached_layers == first.sent_layers - 1 and len(saves) == 2
         assert third.digest == first.digest
-        assert blobcache.layer("gzip", diff_id) is not None  # kept again, right this time
+        assert blobcache.layer(gz.recipe, diff_id) is not None  # kept again, right this time
         monkeypatch.setenv("IMGBUILD_BLOB_CACHE_GB", "0")
         fourth = push_to("d")
         assert fourth.cached_layers == 0 and len(saves) == 3 and fourth.digest == first.digest
@@ -387,3 +387,14 @@ def test_the_blob_cache_keeps_to_its_limit_dropping_the_least_recently_used(tmp_
     kept = {i for i in range(4) if blobcache._layer_path("gzip", f"sha256:{i:064x}").exists()}
     assert kept == {0, 2, 3}  # 3000 bytes; 1 the least recently used (0 was read again)
     assert not list((tmp_path / "blobs" / "layers" / "gzip").glob(".partial-*"))
+
+
+def test_the_blob_cache_keeps_each_compressors_bytes_apart():
+    """Another level or library version may write other bytes for the same layer: its blobs
+    are kept under another recipe, never sent for this one."""
+    import dataclasses
+
+    assert wire.GZIP.recipe != wire.ZSTD.recipe
+    assert wire.GZIP.recipe != dataclasses.replace(wire.GZIP, level=9).recipe
+    assert wire.ZSTD.recipe != dataclasses.replace(wire.ZSTD, level=19).recipe
+    assert "zlib-ng" in wire.GZIP.recipe and "libzstd" in wire.ZSTD.recipe

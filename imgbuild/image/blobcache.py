@@ -4,8 +4,9 @@ test registry, a registry whose storage was wiped), sends these bytes again inst
 exporting the image from the Engine and compressing it a second time.
 
 Why it is sound: a layer's diff id names its uncompressed tar; imgbuild's compressors give the
-same bytes for the same tar (image/compression.py), so a cached blob is the blob a fresh
-compression would send, digest included. Each entry is checked against its recorded digest
+same bytes for the same tar (image/compression.py), so a cached blob, kept under its
+compressor's recipe (compression, level, library and version), is the blob a fresh compression
+would send, digest included. Each entry is checked against its recorded digest
 before it is used; one that does not match is dropped and the layer is compressed again.
 
 Bounded: IMGBUILD_BLOB_CACHE_GB (default 8; 0 turns it off), the least recently used entries
@@ -57,8 +58,8 @@ def _root() -> Path:
     return cache_root() / "blobs"
 
 
-def _layer_path(comp: str, diff_id: str) -> Path:
-    return _root() / "layers" / comp / diff_id.replace(":", "-")
+def _layer_path(recipe: str, diff_id: str) -> Path:
+    return _root() / "layers" / recipe / diff_id.replace(":", "-")
 
 
 def _config_path(image_id: str) -> Path:
@@ -73,12 +74,12 @@ def _sha256_file(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def layer(comp: str, diff_id: str) -> Cached | None:
-    """The cached blob of `diff_id` in `comp`, checked against its digest (None: none kept, or
+def layer(recipe: str, diff_id: str) -> Cached | None:
+    """The cached blob of `diff_id` by compressor `recipe`, checked against its digest (None: none kept, or
     one that no longer matches, which is dropped)."""
     if not enabled():
         return None
-    path = _layer_path(comp, diff_id)
+    path = _layer_path(recipe, diff_id)
     try:
         meta = json.loads(path.with_suffix(".json").read_text())
         cached = Cached(path, str(meta["digest"]), int(meta["size"]), meta.get("tar_size"))
@@ -119,13 +120,13 @@ def keep_config(image_id: str, data: bytes) -> None:
 
 
 @contextmanager
-def writer(comp: str) -> Iterator[IO[bytes] | None]:
+def writer(recipe: str) -> Iterator[IO[bytes] | None]:
     """A file to tee a layer's compressed bytes into as they are sent (None: the cache is off).
     `commit` names it once the upload is done; left uncommitted, it is removed."""
     if not enabled():
         yield None
         return
-    d = _root() / "layers" / comp
+    d = _root() / "layers" / recipe
     d.mkdir(parents=True, exist_ok=True)
     f = tempfile.NamedTemporaryFile(dir=d, prefix=".partial-", delete=False)
     try:
@@ -135,13 +136,13 @@ def writer(comp: str) -> Iterator[IO[bytes] | None]:
         Path(f.name).unlink(missing_ok=True)  # committed: already renamed away
 
 
-def commit(f: IO[bytes] | None, comp: str, diff_id: str, digest: str, size: int,
+def commit(f: IO[bytes] | None, recipe: str, diff_id: str, digest: str, size: int,
            tar_size: int | None) -> None:
-    """Keep the written blob as diff_id's in comp, then trim the cache to its limit."""
+    """Keep the written blob as diff_id's by `recipe`, then trim the cache to its limit."""
     if f is None:
         return
     f.flush()
-    path = _layer_path(comp, diff_id)
+    path = _layer_path(recipe, diff_id)
     meta = path.with_suffix(".json")
     meta.write_text(json.dumps({"digest": digest, "size": size, "tar_size": tar_size}))
     os.replace(f.name, path)

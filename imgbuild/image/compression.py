@@ -41,6 +41,15 @@ class Compression:
     level: int
     read_by: str  # who can pull it, for messages
 
+    @property
+    def recipe(self) -> str:
+        """What decides the bytes: the compression, its level, the library that writes them
+        and its version (another zlib-ng or libzstd may write other bytes for the same layer,
+        so the blob cache keeps their blobs apart)."""
+        if self.name == "zstd":
+            return f"zstd-{self.level}-libzstd{'.'.join(map(str, zstandard.ZSTD_VERSION))}"
+        return f"gzip-{self.level}-{GZIP_BLOCK >> 20}MiB-zlib-ng{zlib_ng.ZLIBNG_RUNTIME_VERSION}"
+
     def compressor(self, size: int) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
         if self.name == "zstd":
             return lambda chunks: _zstd(chunks, self.level, size)

@@ -201,7 +201,7 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
         # What this machine compressed before (image/blobcache.py): sent from there, with no
         # export from the Engine and no compression; the rest go through `docker save`.
         for d in list(needed):
-            if (c := blobcache.layer(comp.name, d)) is not None:
+            if (c := blobcache.layer(comp.recipe, d)) is not None:
                 sent[d] = _send_cached(c, repo, blobs, scope, comp, moving.feed, d[7:19])
                 needed.remove(d)
                 from_cache += 1
@@ -346,7 +346,7 @@ def _send_layer(f, size: int, repo, blobs: str, scope: str, comp: Compression,
                   "progressDetail": {"current": done[0], "total": size}})
             yield chunk
 
-    with blobcache.writer(comp.name) as keep:
+    with blobcache.writer(comp.recipe) as keep:
         def tee(body: Iterator[bytes]) -> Iterator[bytes]:
             for chunk in body:
                 if keep is not None:
@@ -355,7 +355,7 @@ def _send_layer(f, size: int, repo, blobs: str, scope: str, comp: Compression,
 
         digest, csize = _upload(repo, blobs, scope, tee(comp.compressor(size)(chunks())), None)
         diff_id = "sha256:" + raw.hexdigest()
-        blobcache.commit(keep, comp.name, diff_id, digest, csize, size)
+        blobcache.commit(keep, comp.recipe, diff_id, digest, csize, size)
     feed({"id": lid, "status": "Pushed"})
     return diff_id, Held(digest, csize, comp.media_type, size)
 
