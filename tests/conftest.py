@@ -21,10 +21,12 @@ from imgbuild.workspace import Workspace
 from .docker_guard import (  # noqa: F401
     _no_docker_outside_the_marker,
     docker_trap,
+    engine_lock_waits,
     pytest_collection_modifyitems,
     pytest_configure_node,
     pytest_runtest_call,
     pytest_runtest_protocol,
+    pytest_sessionstart,
     pytest_xdist_make_scheduler,
 )
 
@@ -232,8 +234,9 @@ def pytest_testnodedown(node, error) -> None:
         SUMMARIES.append((title, lines))
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     for title, lines in SUMMARIES:
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
+    engine_lock_waits(terminalreporter, config)

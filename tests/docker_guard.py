@@ -23,6 +23,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,17 +172,47 @@ def engine_lock() -> Path:
                 or Path(tempfile.gettempdir()) / "imgbuild-tests-engine.lock")
 
 
+def _waits_file() -> Path:
+    return engine_lock().with_suffix(".waits")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if item.get_closest_marker("docker") is None:
         return (yield)
     exclusive = item.get_closest_marker("engine_exclusive") is not None
     with open(engine_lock(), "a") as lock:
+        start = time.monotonic()
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        waited = time.monotonic() - start
+        if waited >= 1:  # a worker idle behind the lock: the summary adds these up
+            with open(_waits_file(), "a") as f:
+                f.write(f"{waited:.1f} {item.nodeid}\n")
         try:
             return (yield)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        _waits_file().unlink(missing_ok=True)
+
+
+def engine_lock_waits(terminalreporter, config: pytest.Config) -> None:
+    """How long tests waited for the Engine lock (an engine_exclusive test waits for every
+    docker test in flight; the others wait while it runs): time their workers sat idle."""
+    if hasattr(config, "workerinput"):
+        return
+    try:
+        rows = [ln.split(" ", 1) for ln in _waits_file().read_text().splitlines() if ln]
+    except OSError:
+        return
+    waits = sorted(((float(w), n) for w, n in rows), reverse=True)
+    if waits:
+        terminalreporter.write_line(
+            f"engine lock: {len(waits)} docker tests waited {sum(w for w, _ in waits):.0f} s "
+            "in all; longest: " + "; ".join(f"{n} {w:.0f} s" for w, n in waits[:3]))
 
 
 @pytest.fixture(scope="session")
