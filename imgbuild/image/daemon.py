@@ -80,13 +80,20 @@ def run_cli(args: list[str], *, cleanup: bool = False, **kw) -> subprocess.Compl
     return subprocess.run([d.path, *args], env=env, **kw)
 
 
+# The pid of the imgbuild process that started a container (labels are not part of any key).
+OWNER_LABEL = "io.imgbuild.pid"
+
+
 def run_container(prefix: str, args: list[str], **kw) -> subprocess.CompletedProcess:
     """`docker run --rm --name PREFIX-<random> ARGS`. Named, so that it is removed when this
     process is stopped, interrupted or times out: ending the docker client does not end the
-    container it started. Whatever ends the run is raised again (TimeoutExpired included)."""
+    container it started. Whatever ends the run is raised again (TimeoutExpired included).
+    Labelled with this process's pid, so that one run's containers can be told from another's
+    on a shared Engine (`docker ps --filter label=io.imgbuild.pid=PID`)."""
     name = f"{prefix}-{uuid.uuid4().hex[:12]}"
     try:
-        return run_cli(["run", "--rm", "--name", name, *args], **kw)
+        return run_cli(["run", "--rm", "--name", name, "--label", f"{OWNER_LABEL}={os.getpid()}",
+                        *args], **kw)
     except BaseException:
         run_cli(["rm", "-f", name], capture_output=True, cleanup=True)
         raise
