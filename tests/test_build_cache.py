@@ -2,26 +2,30 @@
 
 CI runners start with an empty BuildKit cache. Every image carries its inline cache
 (BUILDKIT_INLINE_CACHE=1: the `moby.buildkit.cache.v0` key of its config), and `imgbuild build
---registry R` names the target's images in R (content tag, moving tags) as --cache-from. Here:
-tiny-cpu built and pushed with its moving tags; the Engine's images of that repository removed
-and BuildKit's whole cache pruned (a fresh runner); then a variant whose only change is one
-more package in the rest of the lock (what an engine bump changes) built with the same
---registry. The heavy layer (torch) must come from the registry's cache, not run again: its
-step CACHED and the image's layers up to it identical, by diff id, to the pushed image's.
+--registry R` names the target's images in R (content tag, moving tags) as --cache-from. Here,
+on a Docker Engine of the test's own (tests/fresh_engine.py) that starts empty, as a runner's
+does: tiny-cpu built and pushed with its moving tags; that Engine's images removed and its
+BuildKit cache pruned (the next fresh runner); then a variant whose only change is one more
+package in the rest of the lock (what an engine bump changes) built with the same --registry.
+The heavy layer (torch) must come from the registry's cache, not run again: its step CACHED,
+the image's layers up to it identical, by diff id, to the pushed image's, and not sent again.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
 
-from imgbuild.image import daemon
+from imgbuild.image import daemon, inlinecache
 
+from . import fresh_engine
 from .conftest import REGISTRY_HOST, registry_available, run_imgbuild
 from .test_project import cli, project
 
@@ -88,7 +92,7 @@ def test_the_refs_a_build_reads_the_cache_of():
     repo = Repository.parse("ghcr.io/acme/imgbuild")
     plan = make_plan(ws, "tiny-cpu", resolve=False, repository=repo.name)
     opts = BuildOptions("tiny-cpu", registry=repo.name)
-    assert cache_refs(plan, repo, opts) == plan.refs
+    assert cache_refs(plan, repo, opts) == (*plan.refs, "ghcr.io/acme/imgbuild:tiny-cpu-buildcache")
     assert plan.refs[0] == plan.ref() and "ghcr.io/acme/imgbuild:tiny-cpu" in plan.refs[1:]
     assert cache_refs(plan, Repository.parse("imgbuild"), opts) == ()
     assert cache_refs(plan, repo, BuildOptions("tiny-cpu", no_cache=True)) == ()
@@ -97,43 +101,107 @@ def test_the_refs_a_build_reads_the_cache_of():
     assert cache_refs(plan, repo, BuildOptions("tiny-cpu", cache_from=False)) == ()
 
 
+RECORDED = Path(__file__).parent / "fixtures" / "inline-cache"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((RECORDED / f"{name}.json").read_text())
+
+
+def test_the_inline_cache_of_recorded_images_names_the_results_it_carries():
+    """Real configs from Engine 20.10 (fixtures/inline-cache/README.md): the first build on an
+    empty builder carries the heavy step's result; the bump that took it from the registry
+    does not (moby/buildkit#1981); the bump after that, which ran it again, does."""
+    first, bump1, bump2 = (recorded(n) for n in ("first", "bump-1", "bump-2"))
+    for c in (first, bump1, bump2):
+        assert inlinecache.heavy_layers(c) == (heavy_layer_index(c),) == (3,)
+    assert inlinecache.cached_layers(first) == set(range(1, 9))
+    assert inlinecache.cached_layers(bump1) == {1, 2, 4, 5, 6, 7, 8}
+    assert inlinecache.carries_heavy(first) and inlinecache.carries_heavy(bump2)
+    assert not inlinecache.carries_heavy(bump1)
+
+
+def test_an_unreadable_or_missing_inline_cache_carries_nothing():
+    c = recorded("first")
+    assert not inlinecache.carries_heavy({k: v for k, v in c.items()
+                                          if k != inlinecache.CONFIG_KEY})
+    assert not inlinecache.carries_heavy(c | {inlinecache.CONFIG_KEY: "not base64 json"})
+    # Later BuildKit's layout ({"records": [{"results": ...}]}) is read too.
+    later = {"records": [{"digest": "sha256:x", "results": [{"layer": 3}]}]}
+    assert inlinecache.cached_layers(
+        {inlinecache.CONFIG_KEY: base64.b64encode(json.dumps(later).encode()).decode()}) == {3}
+    # The split heavy layers are both heavy steps.
+    split = {"history": [{"created_by": "FROM"}, {"created_by": "ENV x", "empty_layer": True},
+                         {"created_by": "RUN uv pip install -r /opt/imgbuild/heavy-cuda.txt"},
+                         {"created_by": "RUN uv pip install -r /opt/imgbuild/heavy-torch.txt"},
+                         {"created_by": "RUN uv pip install -r /opt/imgbuild/rest.txt"}]}
+    assert inlinecache.heavy_layers(split) == (1, 2)
+
+
 @pytest.mark.docker
-@pytest.mark.engine_exclusive  # it prunes BuildKit's whole cache: no other build meanwhile
-# slow: the prune empties BuildKit's cache for every test after it (uv's cache mount with it),
-# and in make test those rebuilt what they had cached: the suite took 31 min instead of 18.
-@pytest.mark.slow
-def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(docker_client, tmp_path):
+# A group of its own: its builds run on its own Engine, so it need not queue behind the
+# shared Engine's group on one worker (tests/docker_guard.py).
+@pytest.mark.xdist_group("fresh-engine")
+def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(tmp_path):
     if not registry_available():
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    if why := fresh_engine.missing():
+        pytest.skip(f"skipped: {why}")
     repo = f"{REGISTRY_HOST}/imgbuild-test-cache-{uuid.uuid4().hex[:8]}"
-    first = _ok(run_imgbuild("tiny-cpu", "--push", "--registry", repo, "--json"))
-    assert f"{repo}:tiny-cpu" in first["moved"], first  # the previous image a bump reads
-    pushed = registry_config(f"{repo}:tiny-cpu")
-    assert "moby.buildkit.cache.v0" in pushed  # the inline cache went with the config
-
-    # The variant: the same target with one more package, in the rest of the lock only.
-    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml":
-                                    "extends: tiny-cpu\nrequirements:\n  - six\n"})
+    cache_tag = f"{repo}:tiny-cpu-buildcache"
+    # The workflow's base job: the bootstrapped base goes to the repository first.
+    _ok(run_imgbuild("base", "bootstrap", "--base", "debian-bookworm", "--registry", repo,
+                     "--json"))
+    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml": "extends: tiny-cpu\n"})
     assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
 
-    # A fresh runner: none of this repository's images, nothing in BuildKit's cache.
-    # By tag: the same image may carry another repository's tags, which stay.
-    for tag in {t for img in docker_client.images.list(name=repo) for t in img.tags
-                if t.startswith(repo + ":")}:
-        docker_client.images.remove(tag)
-    assert not docker_client.images.list(name=repo)
-    subprocess.run([daemon.cli().path, "builder", "prune", "-af"], check=True,
-                   capture_output=True)
+    with fresh_engine.fresh_engine() as engine:
+        # No blob cache either: a runner has none, and every byte sent is counted below.
+        env = {"DOCKER_HOST": engine.host, "IMGBUILD_BLOB_CACHE_GB": "0"}
+        client = engine.client()
 
-    logs = tmp_path / "logs"
-    second = _ok(cli("tiny-cpu", "--registry", repo, "--no-smoke", "--json", "--log-dir",
-                     str(logs), "--push", cwd=proj))
-    assert second["action"] == "built" and second["content_tag"] != first["content_tag"]
-    assert f"{repo}:tiny-cpu" in second["build"]["cache_imported"], second["build"]
-    # The content tag is new: BuildKit found no image there, said so, and built on.
-    assert second["content_tag"] not in second["build"]["cache_imported"]
+        # The first CI run: tiny-cpu built on an empty builder, smoke-tested (the moving tags
+        # move only then) and pushed with its moving tags.
+        first = _ok(run_imgbuild("tiny-cpu", "--push", "--registry", repo, "--json", env=env,
+                                 cwd=proj))
+        assert f"{repo}:tiny-cpu" in first["moved"], first  # the previous image a bump reads
+        pushed = registry_config(f"{repo}:tiny-cpu")
+        h = heavy_layer_index(pushed)
+        assert h in inlinecache.cached_layers(pushed)  # it carries the heavy step's result
+        # ... so the build cache tag went onto it as well.
+        assert first["push"]["build_cache"] == cache_tag
+        assert registry_manifest(cache_tag) == registry_manifest(first["content_tag"])
 
-    log = next(logs.glob("*.build.log")).read_text()
+        # Two engine bumps, one after the other, each on the next fresh runner: one more
+        # package each time, in the rest of the lock only. The second is the one BuildKit's
+        # inline cache alone gets wrong on this Engine (moby/buildkit#1981).
+        previous = first
+        for n, extra in enumerate(("six", "attrs")):
+            (proj / "images/tiny-cpu.yaml").write_text(
+                "extends: tiny-cpu\nrequirements:\n" + "".join(
+                    f"  - {p}\n" for p in ("six", "attrs")[:n + 1]))
+            assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
+            for img in client.images.list():  # a fresh runner: no images, no BuildKit cache
+                client.images.remove(img.id, force=True)
+            subprocess.run([daemon.cli().path, "-H", engine.host, "builder", "prune", "-af"],
+                           check=True, capture_output=True)
+            assert not client.images.list()
+            logs = tmp_path / f"logs-{extra}"
+            bump = _ok(run_imgbuild("tiny-cpu", "--registry", repo, "--json", "--log-dir",
+                                    str(logs), "--push", env=env, cwd=proj))
+            new = client.images.get(bump["content_tag"]).attrs["RootFS"]["Layers"]
+            check_bump(previous, bump, new, h, next(logs.glob("*.build.log")).read_text(),
+                       cache_tag)
+            previous = bump
+
+
+def check_bump(previous: dict, bump: dict, new: list[str], h: int, log: str,
+               cache_tag: str) -> None:
+    """One engine bump on a fresh runner: built with the registry's cache, the heavy step
+    CACHED, its layers up to the heavy one the previous image's, and only the changed ones
+    sent."""
+    repo = cache_tag.rsplit(":", 1)[0]
+    assert bump["action"] == "built" and bump["content_tag"] != previous["content_tag"]
     by_id = steps(log)
     [(heavy_title, heavy)] = [v for v in by_id.values()
                               if v[0].startswith("[") and "-r /opt/imgbuild/heavy.txt" in v[0]]
@@ -142,23 +210,36 @@ def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(docker_client, 
     assert "CACHED" in heavy, (heavy_title, heavy)  # from the registry: this BuildKit had none
     assert "CACHED" not in rest  # the change: installed here
 
+    assert f"{repo}:tiny-cpu" in bump["build"]["cache_imported"], bump["build"]
+    assert cache_tag in bump["build"]["cache_imported"]
+    # The content tag is new: BuildKit found no image there, said so, and built on.
+    assert bump["content_tag"] not in bump["build"]["cache_imported"]
+
     # Byte for byte the same layers up to the heavy one; the rest differs.
-    new = docker_client.images.get(second["content_tag"]).attrs["RootFS"]["Layers"]
-    old = pushed["rootfs"]["diff_ids"]
-    h = heavy_layer_index(pushed)
+    old = registry_config(previous["content_tag"])["rootfs"]["diff_ids"]
     assert h >= 1 and new[:h + 1] == old[:h + 1]
     assert new[h + 1:] != old[h + 1:]
 
     # Pushed: the unchanged layers are not sent again (the registry's blobs for them are the
     # previous image's), and what is sent is the changed layers only.
-    old_m = registry_manifest(f"{repo}:tiny-cpu")
-    new_m = registry_manifest(second["content_tag"])
+    old_m = registry_manifest(previous["content_tag"])
+    new_m = registry_manifest(bump["content_tag"])
     old_blobs = {la["digest"] for la in old_m["layers"]}
     unchanged = [la for d, la in zip(new, new_m["layers"]) if d in set(old)]
     changed = [la for d, la in zip(new, new_m["layers"]) if d not in set(old)]
     assert len(unchanged) >= h + 1 and all(la["digest"] in old_blobs for la in unchanged)
-    assert second["push"]["reused_layers"] == len({la["digest"] for la in unchanged})
-    assert second["push"]["sent_bytes"] == sum(la["size"] for la in changed) > 0
+    assert bump["push"]["reused_layers"] == len({la["digest"] for la in unchanged})
+    assert bump["push"]["sent_bytes"] == sum(la["size"] for la in changed) > 0
+
+    # The cache tag follows the bump only when its inline cache carries the heavy step's
+    # result; on this Engine it does not (the step came from the registry's cache), and the
+    # tag stays on the image that has it.
+    if inlinecache.carries_heavy(registry_config(bump["content_tag"])):
+        assert bump["push"]["build_cache"] == cache_tag
+        assert registry_manifest(cache_tag) == new_m
+    else:
+        assert bump["push"]["build_cache"] is None
+        assert registry_manifest(cache_tag) != new_m
 
 
 @pytest.mark.docker

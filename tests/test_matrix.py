@@ -109,12 +109,14 @@ def test_bake_reads_and_writes_the_inline_cache_of_the_registry_images():
     assert matrix.check_bake(doc) == []
     for j in jobs:
         t = doc["target"][j.name]
-        assert t["cache-from"] == [f"type=registry,ref={r}" for r in j.plan.refs]
+        assert t["cache-from"] == [f"type=registry,ref={r}" for r in
+                                   (*j.plan.refs, j.plan.ref(j.plan.cache_tag))]
         assert t["cache-to"] == ["type=inline"]
         assert t["tags"] == [j.plan.ref()]
     tiny = doc["target"]["tiny-cpu"]["cache-from"]
     assert tiny[0].startswith(f"type=registry,ref={repo}:tiny-cpu-")
     assert f"type=registry,ref={repo}:tiny-cpu" in tiny  # the moving tag: the previous image
+    assert tiny[-1] == f"type=registry,ref={repo}:tiny-cpu-buildcache"  # heavy results
 
 
 def test_bake_checker_reads_the_cache_attributes(shipped):

@@ -292,11 +292,14 @@ def bake(job_list: list[Job], ws: Workspace, *, context_dir: str = DEFAULT_CONTE
 def bake_cache(plan: Plan) -> dict[str, list[str]]:
     """Where a fresh runner's BuildKit finds the layers it may reuse: the inline cache of this
     target's images in the registry (its content tag, for a rerun; its moving tags, the
-    previous image, for an engine bump that keeps the heavy layer). `cache-to: inline` writes
-    that cache into the image Bake pushes. Nothing without a registry host to read it from."""
+    previous image, for an engine bump that keeps the heavy layer; its cache tag, which
+    `imgbuild build --push` keeps on the newest image carrying the heavy steps' results).
+    `cache-to: inline` writes that cache into the image Bake pushes. Nothing without a
+    registry host to read it from."""
     if registry.Repository.parse(plan.repository).host is None:
         return {}
-    return {"cache-from": [f"type=registry,ref={r}" for r in plan.refs],
+    return {"cache-from": [f"type=registry,ref={r}"
+                           for r in (*plan.refs, plan.ref(plan.cache_tag))],
             "cache-to": ["type=inline"]}
 
 

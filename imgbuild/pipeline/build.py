@@ -16,7 +16,7 @@ from pathlib import Path
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
-from ..image import attest, buildlock, daemon, registry, smoke, wire
+from ..image import attest, buildlock, daemon, inlinecache, registry, smoke, wire
 from ..image import base as base_image
 from ..image.compression import compression as compression_named
 from ..lock.lockfile import Lockfile
@@ -70,6 +70,7 @@ class Published:
     sent_bytes: int = 0  # compressed layer bytes uploaded (layers the registry held: none)
     reused_layers: int = 0  # layers the registry held already
     cached_layers: int = 0  # of those sent, from this machine's blob cache (not compressed again)
+    build_cache: str | None = None  # the cache tag, when moved onto this image (cache_tag)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ class Outcome:
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
             "push": None if p.compression is None else {
                 "compression": p.compression, "sent_bytes": p.sent_bytes,
-                "reused_layers": p.reused_layers, "cached_layers": p.cached_layers},
+                "reused_layers": p.reused_layers, "cached_layers": p.cached_layers,
+                "build_cache": p.build_cache},
             "build": None if b.build is None else {
                 "seconds": round(b.build.seconds, 1), "steps": b.build.steps,
                 "cached_steps": b.build.cached_steps,
@@ -222,13 +224,14 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
 
 def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tuple[str, ...]:
     """The images in the registry whose layers this build may reuse (their inline cache): this
-    content tag (a --rebuild), then the moving tags, which hold the target's previous image. A
-    fresh CI runner has no BuildKit cache: without these, an engine-only bump (a new rest
-    lock, the same heavy layer) would rebuild torch and the CUDA wheels. A tag not there yet is
-    skipped by BuildKit."""
+    content tag (a --rebuild), then the moving tags, which hold the target's previous image,
+    then the cache tag, which holds the newest image that carries the heavy steps' results
+    (the previous image may not: image/inlinecache.py). A fresh CI runner has no BuildKit
+    cache: without these, an engine-only bump (a new rest lock, the same heavy layer) would
+    rebuild torch and the CUDA wheels. A tag not there yet is skipped by BuildKit."""
     if repo.host is None or opts.no_cache or not opts.cache_from:
         return ()
-    return plan.refs
+    return (*plan.refs, plan.ref(plan.cache_tag))
 
 
 def readable_cache(client, repo: registry.Repository, refs: tuple[str, ...]) -> tuple[str, ...]:
@@ -329,6 +332,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     pushed: list[str] = []
     report_ref = None
     sent = None
+    build_cache = None
     if push:
         sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
                          hint_refs=plan.tags, platform=plan.platform, progress=progress)
@@ -348,6 +352,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                     "provenance": attest.provenance(plan, digest, commit)}
             attest.push(repo, digest, docs)
             progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
+        build_cache = keep_build_cache(plan, repo, digest, progress)
     moved: list[str] = []
     if gated.open:
         for t in plan.tags:
@@ -358,4 +363,20 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                               f"{registry.tag_manifest(repo, plan.content_tag, t)}")
     return Published(tuple(pushed), tuple(moved), report_ref,
                      compression if sent else None, sent.sent_bytes if sent else 0,
-                     sent.reused_layers if sent else 0, sent.cached_layers if sent else 0)
+                     sent.reused_layers if sent else 0, sent.cached_layers if sent else 0,
+                     build_cache)
+
+
+def keep_build_cache(plan: Plan, repo: registry.Repository, digest: str,
+                     progress: Progress = SILENT) -> str | None:
+    """Move the cache tag onto the image just pushed when its inline cache carries the heavy
+    steps' results; otherwise leave it on the earlier image that does, and say so. Not gated on
+    the smoke test: it is read as build cache only, never pulled or run."""
+    _, config = registry.image_config(repo, digest)
+    if not inlinecache.carries_heavy(config):
+        progress.note(f"{plan.ref(plan.cache_tag)} left where it was: this image's inline "
+                      "cache has no result for its heavy steps (BuildKit took them from the "
+                      "registry's cache and did not export them: moby/buildkit#1981)")
+        return None
+    registry.tag_manifest(repo, plan.content_tag, plan.cache_tag)
+    return plan.ref(plan.cache_tag)

@@ -90,6 +90,13 @@ class Plan:
         """Every tag the image gets: the content tag first, then the moving ones."""
         return (self.ref(),) + tuple(self.ref(t) for t in self.tags)
 
+    @property
+    def cache_tag(self) -> str:
+        """The tag on the newest image of this target (and platform) whose inline cache carries
+        the heavy steps' results (image/inlinecache.py): what a fresh builder reads besides the
+        moving tags, which may point at a bump that has none."""
+        return self.content_tag.rsplit("-", 1)[0] + "-buildcache"
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["overrides"] = [asdict(o) for o in self.overrides]

@@ -1,0 +1,125 @@
+"""A Docker Engine of a test's own, started empty: what a fresh CI runner's builder is.
+
+The shared Engine's BuildKit cache is everyone's: pruning it to stand in for a fresh runner made
+every test after it rebuild (test_build_cache's rebuild used to be slow-group for that), and
+its long history decides what inline cache an image carries (moby/buildkit#1992: results lost
+after many imports). A second dockerd with its own data root, socket and bridge starts with
+nothing: no images, no build cache.
+
+Its containers (a build's RUN steps) reach the network through a bridge of their own, NATed by
+two iptables rules this module adds and removes; the daemon itself is told not to touch
+iptables, so the shared Engine's rules are left as they are. Needs root, `ip` and `iptables`
+(a machine where `make services` runs has them); without them the test is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+
+@dataclass(frozen=True)
+class FreshEngine:
+    host: str  # DOCKER_HOST for the imgbuild CLI and the docker client
+    root: Path
+
+    def client(self) -> docker.DockerClient:
+        return docker.DockerClient(base_url=self.host, timeout=600)
+
+
+def missing() -> str | None:
+    """Why this machine cannot start one (None when it can)."""
+    if os.geteuid() != 0:
+        return "a second Docker Engine needs root"
+    for tool in ("dockerd", "ip", "iptables"):
+        if shutil.which(tool) is None:
+            return f"a second Docker Engine needs {tool} on PATH"
+    if Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() != "1":
+        return "IP forwarding is off (the shared Engine turns it on)"
+    return None
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    for third in range(200, 250):
+        net = ipaddress.IPv4Network(f"172.30.{third}.0/24")
+        if str(net) not in used:
+            return net
+    raise RuntimeError("no free 172.30.x.0/24 for a test bridge")
+
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def fresh_engine() -> Iterator[FreshEngine]:
+    # A short path: a unix socket's path has a 108-byte limit.
+    root = Path(tempfile.mkdtemp(prefix="ibfe-", dir="/tmp"))
+    bridge = "ibfe" + uuid.uuid4().hex[:8]
+    net = _free_subnet()
+    gateway = f"{net.network_address + 1}/{net.prefixlen}"
+    nat = ["-t", "nat", "POSTROUTING", "-s", str(net), "!", "-o", bridge, "-j", "MASQUERADE"]
+    forward = [["FORWARD", "-i", bridge, "-j", "ACCEPT"],
+               ["FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                "-j", "ACCEPT"]]
+    undo: list[list[str]] = []
+    proc = None
+    try:
+        _sh("ip", "link", "add", "name", bridge, "type", "bridge")
+        undo.append(["ip", "link", "del", bridge])
+        _sh("ip", "addr", "add", gateway, "dev", bridge)
+        _sh("ip", "link", "set", bridge, "up")
+        _sh("iptables", *nat[:2], "-A", *nat[2:])
+        undo.append(["iptables", *nat[:2], "-D", *nat[2:]])
+        for rule in forward:
+            _sh("iptables", "-I", *rule)
+            undo.append(["iptables", "-D", *rule])
+        sock = root / "docker.sock"
+        log = open(root / "dockerd.log", "wb")
+        proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+             "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{sock}",
+             "--bridge", bridge, "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        host = f"unix://{sock}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                docker.DockerClient(base_url=host, timeout=5).ping()
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the test's dockerd did not come up:\n"
+                                       + (root / "dockerd.log").read_text()[-3000:]) from None
+                time.sleep(0.3)
+        yield FreshEngine(host, root)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for cmd in reversed(undo):
+            subprocess.run(cmd, capture_output=True)
+        # Its overlay mounts normally go with it; any left are unmounted before the delete,
+        # deepest first, so that nothing is deleted through a mount.
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for m in sorted((m for m in mounts if m.startswith(str(root) + "/")), reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
