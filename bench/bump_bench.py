@@ -1,21 +1,30 @@
 """An engine-only bump on a fresh CI runner, side by side in one run: today's rebuild (no build
 cache, the Engine's push) and imgbuild's (the previous image's inline cache read from the
-registry, only the layers that changed pushed).
+registry, only the layers that changed pushed); then a second bump after the first, the one
+Engine 20.10's inline cache alone gets wrong (image/inlinecache.py).
 
-    IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/bump_bench.py \
-        [--target sglang-blackwell-slim] [--model k2.6] [--engine-pin sglang==0.5.22]
+    IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/bump_bench.py --target tiny-cpu \
+        --model '' --engine-pin transformers==5.16.0 --second-pin transformers==5.15.0 \
+        --base-bootstrap debian-bookworm
+
+Every build runs on a Docker Engine of its own, started empty (tests/fresh_engine.py): a fresh
+runner, with no image and no BuildKit cache (uv's cache mount included), and nothing pruned
+on this machine's Engine.
 
 1. The previous image: the target as shipped, built, smoke-tested and pushed (gzip: what
    Docker Engine 20.10's BuildKit reads as a cache) to a registry of the bench's own, so its
-   moving tags name it there.
+   moving tags and its cache tag name it there. A bootstrapped base (--base-bootstrap) is
+   pushed there first, as the workflow's base job does; a pulled one comes from its registry.
 2. The bump: a project that extends the target with an override of the engine pin only
    (`--engine-pin`), locked with uv: the heavy layer's pins (torch, Triton, CUDA wheels) stay,
-   the rest lock changes. As a fresh runner: no image of the target in the Engine, BuildKit's
-   cache (and uv's cache mount in it) pruned.
+   the rest lock changes.
 3. Today's rebuild: `imgbuild build --no-cache-from`, then `docker push` (the Engine's push),
    into a second registry: every layer is new bytes (timestamps), so all of them go; the
    registry that holds the previous image would have saved the base's layers only.
 4. imgbuild's rebuild: `imgbuild build --push --registry R` (cache from R, its own push).
+5. With --second-pin: the bump after that one, the same way as 4; whether its heavy step was
+   CACHED is recorded (it reads the cache tag: the first bump's inline cache has no result
+   for that step on Engine 20.10).
 
 Bytes fetched from the package index: the sizes uv reports for what it downloads ("Downloading
 X (N MiB)") in the build log. Bytes sent to the registry: its storage before and after.
@@ -26,6 +35,7 @@ Results: bench/results/bump-TARGET.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -40,8 +50,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine  # noqa: E402
-from bench.wire_bench import DOCKER, dir_bytes, drop_image, scratch_registry, sh  # noqa: E402
+from bench.wire_bench import DOCKER, dir_bytes, scratch_registry, sh  # noqa: E402
 from imgbuild.image.registry import Repository, get_manifest  # noqa: E402
+from tests.fresh_engine import fresh_engine, missing  # noqa: E402
 
 IMGBUILD = str(ROOT / ".venv" / "bin" / "imgbuild")
 _DOWNLOADING = re.compile(r"\bDownloading (\S+) \(([\d.]+)\s*([KMGT]i?B)\)")
@@ -65,15 +76,22 @@ def imgbuild(*args: str, cwd: Path) -> tuple[float, dict]:
     return round(time.perf_counter() - t, 1), json.loads(r.stdout)
 
 
-def fresh_runner(target_repo_prefixes: tuple[str, ...]) -> None:
-    """No image of the target in the Engine, nothing in BuildKit's cache."""
-    r = subprocess.run([DOCKER, "images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"],
-                       capture_output=True, text=True, check=True)
-    for line in r.stdout.splitlines():
-        ref, image_id = line.split()
-        if ref.startswith(target_repo_prefixes):
-            drop_image(image_id)
-    subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)
+@contextlib.contextmanager
+def fresh_runner():
+    """A Docker Engine started empty, which imgbuild and docker use while in here."""
+    with fresh_engine() as engine:
+        os.environ["DOCKER_HOST"] = engine.host
+        try:
+            yield engine
+        finally:
+            del os.environ["DOCKER_HOST"]
+
+
+def heavy_cached(logs: Path) -> bool:
+    """Whether the build log says the heavy install step came from the cache."""
+    log = next(logs.glob("*.build.log")).read_text(errors="replace")
+    step = re.search(r"^#(\d+) \[[^\]]*\] RUN .*-r /opt/imgbuild/heavy", log, re.M)
+    return bool(step) and re.search(rf"^#{step.group(1)} CACHED$", log, re.M) is not None
 
 
 def layers(repo: Repository, tag: str) -> list[dict]:
@@ -82,17 +100,56 @@ def layers(repo: Repository, tag: str) -> list[dict]:
     return got[1]["layers"]
 
 
+def bump(args_target: str, model: list[str], repo_name: str, proj: Path, logs: Path,
+         prev_blobs: set[str], repo: Repository, scratch: Path) -> dict:
+    """imgbuild's rebuild on a fresh runner: cache from the registry, its own push."""
+    before = dir_bytes(scratch / "r")
+    secs, new = imgbuild("build", args_target, *model, "--no-smoke", "--push",
+                         "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
+    new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])
+    changed = [la for la in new_layers if la["digest"] not in prev_blobs]
+    return {"seconds": secs, "index_bytes": fetched_bytes(logs),
+            "sent_bytes": dir_bytes(scratch / "r") - before,
+            "pushed_layer_bytes": new["push"]["sent_bytes"],
+            "reused_layers": new["push"]["reused_layers"],
+            "build_cache_moved": new["push"]["build_cache"] is not None,
+            "cache_imported": new["build"]["cache_imported"],
+            "cached_steps": new["build"]["cached_steps"], "steps": new["build"]["steps"],
+            "heavy_step_cached": heavy_cached(logs),
+            "changed_layers": {"count": len(changed),
+                               "bytes": sum(la["size"] for la in changed),
+                               "of": len(new_layers)},
+            "content_tag": new["content_tag"]}
+
+
+def pin_project(proj: Path, target: str, pin: str) -> float:
+    """The target with its engine pin overridden, locked; the seconds the lock took."""
+    (proj / "images" / f"{target}.yaml").write_text(
+        f"extends: {target}\noverrides:\n  - requirement: {pin}\n"
+        "    reason: \"bench/bump_bench.py: an engine release apart, the same torch\"\n")
+    t = time.perf_counter()
+    subprocess.run([IMGBUILD, "lock", target], cwd=proj, check=True, capture_output=True)
+    return round(time.perf_counter() - t, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="sglang-blackwell-slim")
     ap.add_argument("--model", default="k2.6")
     ap.add_argument("--engine-pin", default="sglang==0.5.22")
+    ap.add_argument("--second-pin", default=None, help="a second bump after the first")
+    ap.add_argument("--base-bootstrap", default=None,
+                    help="the target's bootstrapped base (imgbuild base bootstrap --base KEY)")
     args = ap.parse_args()
+    if why := missing():
+        raise SystemExit(f"bump_bench needs a fresh Docker Engine per build: {why}")
     # Every push compresses what it sends, as a fresh runner's first push does: this
     # machine's blob cache (image/blobcache.py) would send a later round's bytes from disk.
     os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"
     model = ["--model", args.model] if args.model else []
-    out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin}
+    out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin,
+                 "second_pin": args.second_pin, "runner": "a Docker Engine started empty "
+                 "for each build (tests/fresh_engine.py)"}
     with tempfile.TemporaryDirectory(prefix="bump-bench-", dir="/var/tmp") as td:
         scratch = Path(td)
         proj = scratch / "project"
@@ -100,41 +157,39 @@ def main() -> None:
         (proj / "imgbuild.yaml").write_text("{}\n")
         (proj / "images").mkdir()
         (proj / "lockfiles").mkdir()
-        (proj / "images" / f"{args.target}.yaml").write_text(
-            f"extends: {args.target}\noverrides:\n  - requirement: {args.engine_pin}\n"
-            "    reason: \"bench/bump_bench.py: an engine release apart, the same torch\"\n")
-        t = time.perf_counter()
-        subprocess.run([IMGBUILD, "lock", args.target], cwd=proj, check=True,
-                       capture_output=True)
-        out["relock_s"] = round(time.perf_counter() - t, 1)
+        out["relock_s"] = pin_project(proj, args.target, args.engine_pin)
         with scratch_registry(scratch / "r") as reg:
             repo_name = f"{reg}/bench"
             repo = Repository.parse(repo_name)
+            if args.base_bootstrap:
+                imgbuild("base", "bootstrap", "--base", args.base_bootstrap,
+                         "--registry", repo_name, cwd=ROOT)
             # 1. the previous image, with its moving tags in the registry
-            fresh_runner((repo_name,))
-            secs, prev = imgbuild("build", args.target, *model, "--push",
-                                  "--registry", repo_name, "--compression", "gzip", cwd=ROOT)
-            assert prev["moved"], "the smoke test did not pass: no moving tag to read"
-            out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
-                               "pushed_bytes": prev["push"]["sent_bytes"]}
-            prev_blobs = {la["digest"] for la in layers(repo, prev["content_tag"].rsplit(":", 1)[1])}
-            # What the image weighs, and where (the slim image against SGLang's own runtime
-            # image): `imgbuild size`, kept beside the bump's numbers.
-            r = subprocess.run([IMGBUILD, "size", prev["content_tag"], "--json"], cwd=ROOT,
-                               capture_output=True, text=True)
-            if r.returncode == 0:
-                (ROOT / "bench" / "results" / f"size-{args.target}-now.json").write_text(
-                    json.dumps({"machine": machine(), "content_tag": prev["content_tag"],
-                                "size": json.loads(r.stdout)}, indent=2) + "\n")
+            with fresh_runner():
+                secs, prev = imgbuild("build", args.target, *model, "--push",
+                                      "--registry", repo_name, "--compression", "gzip",
+                                      cwd=ROOT)
+                assert prev["moved"], "the smoke test did not pass: no moving tag to read"
+                out["previous"] = {"seconds": secs, "content_tag": prev["content_tag"],
+                                   "pushed_bytes": prev["push"]["sent_bytes"],
+                                   "build_cache_moved": prev["push"]["build_cache"] is not None}
+                prev_blobs = {la["digest"] for la in
+                              layers(repo, prev["content_tag"].rsplit(":", 1)[1])}
+                # What the image weighs, and where (the slim image against SGLang's own
+                # runtime image): `imgbuild size`, kept beside the bump's numbers.
+                r = subprocess.run([IMGBUILD, "size", prev["content_tag"], "--json"],
+                                   cwd=ROOT, capture_output=True, text=True)
+                if r.returncode == 0:
+                    (ROOT / "bench" / "results" / f"size-{args.target}-now.json").write_text(
+                        json.dumps({"machine": machine(), "content_tag": prev["content_tag"],
+                                    "size": json.loads(r.stdout)}, indent=2) + "\n")
 
             # 3. today's rebuild, into a registry of its own (see the docstring)
-            fresh_runner((repo_name,))
-            with scratch_registry(scratch / "r-today") as reg_today:
+            with fresh_runner(), scratch_registry(scratch / "r-today") as reg_today:
                 logs = scratch / "logs-today"
                 secs_build, today = imgbuild(
                     "build", args.target, *model, "--no-smoke", "--no-cache-from",
                     "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
-                subprocess.run([DOCKER, "builder", "prune", "-af"], capture_output=True)  # disk
                 ref_today = f"{reg_today}/bench:{today['content_tag'].rsplit(':', 1)[1]}"
                 sh(DOCKER, "tag", today["content_tag"], ref_today)
                 push_s, _ = sh(DOCKER, "push", ref_today)
@@ -142,28 +197,19 @@ def main() -> None:
                                 "build_s": secs_build, "push_s": push_s,
                                 "index_bytes": fetched_bytes(logs),
                                 "sent_bytes": dir_bytes(scratch / "r-today")}
-                drop_image(today["image_id"])
             # 4. imgbuild's rebuild
-            fresh_runner((repo_name,))
-            before = dir_bytes(scratch / "r")
-            logs = scratch / "logs-imgbuild"
-            t = time.perf_counter()
-            secs, new = imgbuild("build", args.target, *model, "--no-smoke",
-                                 "--push", "--registry", repo_name, "--log-dir", str(logs),
-                                 cwd=proj)
-            new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])
-            changed = [la for la in new_layers if la["digest"] not in prev_blobs]
-            out["imgbuild"] = {"seconds": secs, "index_bytes": fetched_bytes(logs),
-                               "sent_bytes": dir_bytes(scratch / "r") - before,
-                               "pushed_layer_bytes": new["push"]["sent_bytes"],
-                               "reused_layers": new["push"]["reused_layers"],
-                               "cache_imported": new["build"]["cache_imported"],
-                               "cached_steps": new["build"]["cached_steps"],
-                               "steps": new["build"]["steps"]}
-            out["changed_layers"] = {"count": len(changed),
-                                     "bytes": sum(la["size"] for la in changed),
-                                     "of": len(new_layers)}
-            drop_image(new["image_id"])
+            with fresh_runner():
+                out["imgbuild"] = bump(args.target, model, repo_name, proj,
+                                       scratch / "logs-imgbuild", prev_blobs, repo, scratch)
+            out["changed_layers"] = out["imgbuild"].pop("changed_layers")
+            # 5. the bump after it
+            if args.second_pin:
+                out["relock_second_s"] = pin_project(proj, args.target, args.second_pin)
+                blobs1 = {la["digest"] for la in layers(
+                    repo, out["imgbuild"]["content_tag"].rsplit(":", 1)[1])}
+                with fresh_runner():
+                    out["second_bump"] = bump(args.target, model, repo_name, proj,
+                                              scratch / "logs-second", blobs1, repo, scratch)
     out["ratios"] = {
         "time_imgbuild_over_today": round(out["imgbuild"]["seconds"] / out["today"]["seconds"], 3),
         "sent_over_changed_layers": round(out["imgbuild"]["pushed_layer_bytes"]
@@ -171,6 +217,12 @@ def main() -> None:
         "index_bytes_imgbuild_over_today": round(out["imgbuild"]["index_bytes"]
                                                  / max(1, out["today"]["index_bytes"]), 3),
     }
+    if "second_bump" in out:
+        sb = out["second_bump"]
+        out["ratios"] |= {
+            "time_second_bump_over_today": round(sb["seconds"] / out["today"]["seconds"], 3),
+            "second_sent_over_changed_layers": round(
+                sb["pushed_layer_bytes"] / max(1, sb["changed_layers"]["bytes"]), 3)}
     doc = {"machine": machine()} | out
     dest = ROOT / "bench" / "results" / f"bump-{args.target}.json"
     dest.write_text(json.dumps(doc, indent=2) + "\n")

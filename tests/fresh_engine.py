@@ -6,10 +6,13 @@ its long history decides what inline cache an image carries (moby/buildkit#1992:
 after many imports). A second dockerd with its own data root, socket and bridge starts with
 nothing: no images, no build cache.
 
-Its containers (a build's RUN steps) reach the network through a bridge of their own, NATed by
-two iptables rules this module adds and removes; the daemon itself is told not to touch
-iptables, so the shared Engine's rules are left as they are. Needs root, `ip` and `iptables`
-(a machine where `make services` runs has them); without them the test is skipped, saying so.
+Its containers (a build's RUN steps) need a bridge: `--bridge none` is no way out, since a
+dockerd started with it deletes the host's docker0 (moby removes the default bridge interface
+when the bridge is off), which the shared Engine's containers use. They reach the network
+through a bridge of their own, NATed by two iptables rules this module adds and removes; the
+daemon itself is told not to touch iptables, so the shared Engine's rules are left as they
+are. Needs root, `ip` and `iptables` (a machine where `make services` runs has them); without
+them the test is skipped, saying so.
 """
 
 from __future__ import annotations
