@@ -27,19 +27,90 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 
 
-@dataclass(frozen=True)
 class FreshEngine:
-    host: str  # DOCKER_HOST for the imgbuild CLI and the docker client
-    root: Path
+    """The running daemon: where to reach it, and a restart (what a host's upgrade or crash
+    does to a build in flight)."""
+
+    def __init__(self, root: Path, bridge: str):
+        self.root = root
+        self.host = f"unix://{root / 'docker.sock'}"  # DOCKER_HOST for imgbuild and docker
+        self._argv = ["dockerd", "--data-root", str(root / "data"),
+                      "--exec-root", str(root / "exec"), "--pidfile", str(root / "dockerd.pid"),
+                      "-H", self.host, "--bridge", bridge,
+                      "--iptables=false", "--ip-masq=false", "--ip-forward=false"]
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
 
     def client(self) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.host, timeout=600)
+
+    def start(self) -> None:
+        with open(self.root / "dockerd.log", "ab") as log:
+            self._proc = subprocess.Popen(self._argv, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                docker.DockerClient(base_url=self.host, timeout=5).ping()
+                return
+            except Exception:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the test's dockerd did not come up:\n"
+                                       + (self.root / "dockerd.log").read_text()[-3000:]) \
+                        from None
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def running(self, pattern: str) -> list[int]:
+        """Pids of the processes under this daemon (its build steps' and containers') whose
+        command line holds `pattern`: another Engine's, on the same host, are not counted."""
+        out = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if pattern not in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                        errors="replace"):
+                    continue
+            except OSError:
+                continue
+            if self._descends(int(proc.name)):
+                out.append(int(proc.name))
+        return out
+
+    def _descends(self, pid: int) -> bool:
+        while pid > 1:
+            if pid == self.pid:
+                return True
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                return False
+            pid = int(next(ln.split()[1] for ln in status.splitlines()
+                           if ln.startswith("PPid:")))
+        return False
 
 
 def missing() -> str | None:
@@ -79,7 +150,7 @@ def fresh_engine() -> Iterator[FreshEngine]:
                ["FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
                 "-j", "ACCEPT"]]
     undo: list[list[str]] = []
-    proc = None
+    engine = None
     try:
         _sh("ip", "link", "add", "name", bridge, "type", "bridge")
         undo.append(["ip", "link", "del", bridge])
@@ -90,34 +161,12 @@ def fresh_engine() -> Iterator[FreshEngine]:
         for rule in forward:
             _sh("iptables", "-I", *rule)
             undo.append(["iptables", "-D", *rule])
-        sock = root / "docker.sock"
-        log = open(root / "dockerd.log", "wb")
-        proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-             "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{sock}",
-             "--bridge", bridge, "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        host = f"unix://{sock}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                docker.DockerClient(base_url=host, timeout=5).ping()
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the test's dockerd did not come up:\n"
-                                       + (root / "dockerd.log").read_text()[-3000:]) from None
-                time.sleep(0.3)
-        yield FreshEngine(host, root)
+        engine = FreshEngine(root, bridge)
+        engine.start()
+        yield engine
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if engine is not None:
+            engine.stop()
         for cmd in reversed(undo):
             subprocess.run(cmd, capture_output=True)
         # Its overlay mounts normally go with it; any left are unmounted before the delete,

@@ -587,18 +587,48 @@ def test_a_signal_during_the_smoke_test_removes_its_container(docker_client, sig
 IN_IMAGE_INSTALL = "/opt/imgbuild-tools/uv pip install"
 
 
-def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
-    """`imgbuild ARGS` started, returned once its `docker build` runs a step."""
-    env = dict(os.environ, TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1")
+@pytest.fixture(scope="module")
+def own_engine(tmp_path_factory):
+    """A Docker Engine of these tests' own (tests/fresh_engine.py), with the tiny-cpu base
+    loaded from the shared one, and a project whose tiny-cpu differs from the built-in one in
+    its description only: its own content key, so its own build lock. A build on it can be
+    interrupted, its daemon restarted and its processes counted without stopping or counting
+    any other test's: these tests need not hold the shared Engine alone."""
+    from . import fresh_engine
+    from .test_project import cli, project
+
+    if why := fresh_engine.missing():
+        pytest.skip(f"skipped: {why}")
+    proj = project(tmp_path_factory.mktemp("own-engine") / "p", {
+        "images/tiny-cpu.yaml": "extends: tiny-cpu\n"
+                                "description: tiny-cpu, for tests/test_hardening.py\n"})
+    assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
+    with fresh_engine.fresh_engine() as engine:
+        base = "imgbuild-base:debian-bookworm-py3.11"
+        subprocess.run(f"{daemon_cli()} save {base} | {daemon_cli()} -H {engine.host} load",
+                       shell=True, check=True, capture_output=True)
+        yield engine, proj
+
+
+def daemon_cli() -> str:
+    from imgbuild.image import daemon
+
+    return daemon.cli().path
+
+
+def build_in_flight(engine, args: list[str], scratch: Path, cwd: Path) -> subprocess.Popen:
+    """`imgbuild ARGS` on `engine`, returned once its `docker build` runs the install step."""
+    env = dict(os.environ, TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1",
+               DOCKER_HOST=engine.host)
     from .conftest import WHEELS
 
     if WHEELS:
         env.setdefault("IMGBUILD_WHEELS", WHEELS)
-    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", *args], cwd=ROOT, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", *args], cwd=cwd, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and p.poll() is None:
-        if subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode == 0:
+        if engine.running(IN_IMAGE_INSTALL):
             return p
         time.sleep(0.1)
     p.kill()
@@ -607,57 +637,49 @@ def build_in_flight(args: list[str], scratch: Path) -> subprocess.Popen:
 
 
 @pytest.mark.docker
-@pytest.mark.engine_exclusive  # it looks for any smoke container, build, lock wait
-def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(docker_client, tmp_path):
+def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(own_engine, tmp_path):
+    engine, proj = own_engine
+    client = engine.client()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    before = local_id(docker_client, "imgbuild:tiny-cpu")
-    p = build_in_flight(["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch)
+    before = local_id(client, "imgbuild:tiny-cpu")
+    p = build_in_flight(engine, ["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch,
+                        proj)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143 and "Traceback" not in err, err[-2000:]
     deadline = time.monotonic() + 60  # BuildKit cancels the build when its client goes
-    while subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode == 0 \
-            and time.monotonic() < deadline:
+    while engine.running(IN_IMAGE_INSTALL) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert subprocess.run(["pgrep", "-f", IN_IMAGE_INSTALL], capture_output=True).returncode != 0
+    assert not engine.running(IN_IMAGE_INSTALL)
     assert not list(scratch.iterdir())  # the context and the secrets directory are gone
-    assert local_id(docker_client, "imgbuild:tiny-cpu") == before  # no tag moved
+    assert local_id(client, "imgbuild:tiny-cpu") == before  # no tag moved
     # The build lock went with the process: the same build runs at once, and completes.
-    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900)
+    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900, cwd=proj,
+                         env={"DOCKER_HOST": engine.host})
     assert again.returncode == 0, again.stderr[-2000:]
     assert "waiting for" not in again.stderr
 
 
-def restart_dockerd() -> None:
-    subprocess.run(["pkill", "-TERM", "-x", "dockerd"], check=False)
-    deadline = time.monotonic() + 60
-    while subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode == 0 and \
-            time.monotonic() < deadline:
-        time.sleep(0.2)
-    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh")], check=True,
-                   capture_output=True)
-
-
 @pytest.mark.docker
-@pytest.mark.engine_exclusive  # no other docker test may run while dockerd restarts
-def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(docker_client,
-                                                                          tmp_path):
-    if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:
-        pytest.skip("skipped: dockerd is not a process here (a remote or rootless daemon)")
+def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(own_engine, tmp_path):
+    engine, proj = own_engine
+    client = engine.client()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    before = local_id(docker_client, "imgbuild:tiny-cpu")
-    p = build_in_flight(["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch)
+    before = local_id(client, "imgbuild:tiny-cpu")
+    p = build_in_flight(engine, ["tiny-cpu", "--rebuild", "--no-cache", "--no-smoke"], scratch,
+                        proj)
     try:
-        restart_dockerd()
+        engine.restart()
         out, err = p.communicate(timeout=300)
     finally:
         p.kill()
     assert p.returncode == 3 and "Traceback" not in err, (out + err)[-3000:]
     assert not list(scratch.iterdir())
-    assert local_id(docker_client, "imgbuild:tiny-cpu") == before
-    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900)
+    assert local_id(engine.client(), "imgbuild:tiny-cpu") == before
+    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900, cwd=proj,
+                         env={"DOCKER_HOST": engine.host})
     assert again.returncode == 0, again.stderr[-2000:]
 
 

@@ -145,7 +145,8 @@ def test_plain_{i}():
 
 def test_a_test_that_restarts_the_engine_runs_while_no_other_docker_test_does(tmp_path):
     """Docker tests of two groups run beside each other on two workers, but never beside one
-    marked engine_exclusive (test_hardening's dockerd restart); tests outside the marker may."""
+    marked engine_exclusive (a test that would restart or empty the shared Engine); tests
+    outside the marker may."""
     log = tmp_path / "spans"
     log.mkdir()
     step = """
