@@ -594,7 +594,10 @@ def own_engine(tmp_path_factory):
     its description only: its own content key, so its own build lock. A build on it can be
     interrupted, its daemon restarted and its processes counted without stopping or counting
     any other test's: these tests need not hold the shared Engine alone."""
+    from imgbuild.image import base, daemon
+
     from . import fresh_engine
+    from .conftest import checkout_workspace
     from .test_project import cli, project
 
     if why := fresh_engine.missing():
@@ -603,17 +606,14 @@ def own_engine(tmp_path_factory):
         "images/tiny-cpu.yaml": "extends: tiny-cpu\n"
                                 "description: tiny-cpu, for tests/test_hardening.py\n"})
     assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
+    # The base from the catalog, bootstrapped on the shared Engine (reused when there already).
+    os_base = checkout_workspace().catalog.base("debian-bookworm")
+    base.bootstrap(daemon.client(), os_base)
+    docker = daemon.cli().path
     with fresh_engine.fresh_engine() as engine:
-        base = "imgbuild-base:debian-bookworm-py3.11"
-        subprocess.run(f"{daemon_cli()} save {base} | {daemon_cli()} -H {engine.host} load",
+        subprocess.run(f"{docker} save {os_base.image} | {docker} -H {engine.host} load",
                        shell=True, check=True, capture_output=True)
         yield engine, proj
-
-
-def daemon_cli() -> str:
-    from imgbuild.image import daemon
-
-    return daemon.cli().path
 
 
 def build_in_flight(engine, args: list[str], scratch: Path, cwd: Path) -> subprocess.Popen:
