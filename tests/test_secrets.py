@@ -1,9 +1,11 @@
 """No secret reaches a place it can leak from. A target takes torch and a package of its own
 from a private index that asks for a password (a Basic-auth gate in front of pypiserver, on an
 address the build container reaches); the spec names it as `http://probe:SECRET@HOST/simple/`.
-The lock, the build and the smoke test work, and SECRET is in none of: the image's history,
-its inspect document, the `docker save` tarball (every layer), the build log, `plan --json`,
-the Bake file, the lockfile."""
+The build also gets the host's netrc (a token for pypi.org) and a CA bundle with a private CA
+(what a TLS-inspecting proxy needs), as a user behind one sets them. The lock, the build (every
+install step run: --no-cache) and the smoke test work, and neither SECRET, nor the token, nor
+the private CA is in any of: the image's history, its inspect document, the `docker save`
+tarball (every layer), the build log, `plan --json`, the Bake file, the lockfile."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -83,6 +86,20 @@ class Gate:
         self.server.server_close()
 
 
+def private_ca(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """The host bundle plus a freshly made CA certificate: public roots are in certifi anyway,
+    a private CA (what corporate proxies need) is what must never land in a layer. Returns the
+    bundle and three lines of the new certificate's base64."""
+    key, crt = tmp_path / "ca.key", tmp_path / "ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", f"/CN=imgbuild-test-{uuid.uuid4().hex[:8]}", "-keyout", str(key),
+                    "-out", str(crt)], check=True, capture_output=True)
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_bytes(Path("/etc/ssl/certs/ca-certificates.crt").read_bytes() + crt.read_bytes())
+    lines = [ln for ln in crt.read_bytes().splitlines() if len(ln) == 64]
+    return bundle, lines[3:6]
+
+
 def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_repo,
                                                              docker_client):
     addr = host_address()
@@ -93,6 +110,12 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
     if torch is None:
         pytest.skip("skipped: no CPU torch wheel on this machine (/opt/wheels)")
     secret = "s3cr3t-" + secrets.token_hex(6)
+    token = f"imgbuild-secret-{uuid.uuid4().hex}"
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine pypi.org login __token__ password {token}\n")
+    bundle, ca_lines = private_ca(tmp_path)
+    assert len(ca_lines) == 3
+    hidden = [secret.encode(), token.encode(), *ca_lines]
     ix = LocalIndex(tmp_path / "index")
     os.link(torch, ix.root / torch.name)
     ix.add(WheelSpec("imgbuild-probe", "1.0", files={"imgbuild_probe/__init__.py": "X = 1\n"}))
@@ -112,13 +135,15 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         logs = tmp_path / "logs"
         logs.mkdir()
         env = {k: v for k, v in os.environ.items() if k != "IMGBUILD_WHEELS"}
-        env |= {"UV_PYTHON_DOWNLOADS": "never", "HF_HUB_OFFLINE": "1"}
+        env |= {"UV_PYTHON_DOWNLOADS": "never", "HF_HUB_OFFLINE": "1",
+                "IMGBUILD_NETRC": str(netrc), "IMGBUILD_CA_BUNDLE": str(bundle)}
         loc = ["--images", str(images)]
 
         def imgbuild(*args: str) -> subprocess.CompletedProcess:
             r = subprocess.run([sys.executable, "-m", "imgbuild.cli", *args, *loc], cwd=ROOT,
                                env=env, capture_output=True, text=True, timeout=1800)
-            assert secret not in r.stdout + r.stderr, args
+            said = (r.stdout + r.stderr).encode()
+            assert not any(h in said for h in hidden), args
             return r
 
         r = imgbuild("lock", "tiny-secret")
@@ -139,6 +164,11 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert built["smoke"]["ok"]
         # The build asked the private index, and it let the build in: the netrc secret worked.
         assert any(ok and p.endswith(".whl") for p, ok in gate.seen[before:]), gate.seen[-5:]
+        # Every install step ran with the secrets mounted: torch through the gate, the rest
+        # from PyPI through the bundle with the netrc.
+        log = "".join(p.read_text() for p in logs.iterdir())
+        assert "+ torch==2.13.0+cpu" in log and "+ imgbuild-probe==1.0" in log
+        assert "+ safetensors==" in log
         ref = built["content_tag"]
         history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,
                                  text=True, check=True).stdout
@@ -151,10 +181,12 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
                   "plan --json": plan.stdout, "bake": bake.stdout,
                   "build log": "".join(p.read_text() for p in logs.iterdir())}
         assert places["build log"]
-        leaked = [k for k, v in places.items() if secret in v]
+        leaked = [k for k, v in places.items() if any(h in v.encode() for h in hidden)]
         assert leaked == []
         # Every byte of every layer (the tarball holds each layer's tar as it is stored).
-        assert secret.encode() not in saved.read_bytes()
+        blob = saved.read_bytes()
+        assert b"imgbuild_probe/__init__.py" in blob  # the scan does see installed files
+        assert [h for h in hidden if h in blob] == []
     finally:
         gate.stop()
         ix.stop()
