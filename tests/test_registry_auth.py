@@ -231,8 +231,11 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
         r = Repository.parse(repo)
         assert manifest_digest(r, "tiny-cpu") is None
         assert manifest_digest(r, "tiny-cpu-transformers5.17.0") is None
+        # The rerun as the user runs it, with the blob cache on: it was off above only to
+        # make the push slow enough to kill.
+        rerun = {k: v for k, v in env.items() if k != "IMGBUILD_BLOB_CACHE_GB"}
         done = subprocess.run([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
-                               "--registry", repo, "--json"], cwd=ROOT, env=env,
+                               "--registry", repo, "--json"], cwd=ROOT, env=rerun,
                               capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
         content = json.loads(done.stdout)["content_tag"].rsplit(":", 1)[1]
