@@ -74,17 +74,24 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
 
 def test_the_generator_makes_the_same_bytes_twice(tmp_path):
     """Regeneration in the pinned generator image is byte-identical, so the recipe key alone
-    names the checkpoint (README: content key)."""
+    names the checkpoint (README: content key). A generation into an empty cache is compared
+    with the checkpoint this machine's cache already holds under the same key, made by the
+    generator before (another run, another day: the stronger check, and one generation
+    fewer), or with a second fresh generation where that cache has none."""
     dev = [sys.executable, "-m", "imgbuild.cli"]
-    manifests = []
-    for n in (1, 2):
+    shared = Path(os.environ.get("IMGBUILD_CACHE") or Path.home() / ".cache" / "imgbuild")
+    manifests, paths = [], []
+    for cache in (shared, tmp_path / "cache"):
         r = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", cwd=ROOT, home=Path.home(),
-                     cache=tmp_path / f"cache{n}")
+                     cache=cache)
         assert r.returncode == 0, r.stderr[-3000:]
         path = Path(json.loads(r.stdout)["path"])
         ref = json.loads((path / payload.REFERENCE_DIR / payload.REFERENCE_JSON).read_text())
         manifests.append((ref["files"], payload.file_manifest(path)))
+        paths.append(path)
         assert ref["versions"]["torch"] == "2.13.0+cpu"  # the generator's lock, not the host's
+    # The second in the empty cache: made here and now (no --registry: nothing to fetch).
+    assert paths[1].is_relative_to(tmp_path) and not paths[0].is_relative_to(tmp_path)
     assert manifests[0] == manifests[1]
 
 
