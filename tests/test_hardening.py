@@ -684,6 +684,51 @@ def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(own_en
 
 
 @pytest.mark.docker
+def test_two_pushes_of_one_image_run_side_by_side(docker_client, tmp_path):
+    """The build lock covers making the image and its smoke test, not the push: while one
+    imgbuild is stopped in the middle of uploading tiny-cpu to one registry, another pushes the
+    same image to a second registry without waiting for it."""
+    from imgbuild.image.registry import Repository, manifest_digest
+
+    from .conftest import WHEELS
+    from .registries import Registry
+
+    first, second = Registry(tmp_path / "a").start(), Registry(tmp_path / "b").start()
+    held = None
+    try:
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1",
+                   IMGBUILD_BLOB_CACHE_GB="0") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
+        held = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
+                                 "--registry", f"{first.host}/imgbuild"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        uploads = first.root / "data" / "docker" / "registry" / "v2" / "repositories" / \
+            "imgbuild" / "_uploads"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and held.poll() is None:
+            if uploads.is_dir() and any(uploads.iterdir()):
+                break
+            time.sleep(0.05)
+        assert held.poll() is None, "the push ended before a layer upload was seen"
+        os.kill(held.pid, signal.SIGSTOP)  # mid-upload, holding whatever it holds
+        try:
+            # Waiting for the stopped one would never end: the timeout is the failure.
+            other = run_imgbuild("tiny-cpu", "--push", "--registry", f"{second.host}/imgbuild",
+                                 "--json", timeout=600)
+        finally:
+            held.kill()  # the rest of its upload is not what this test is about
+            held.wait()
+        assert other.returncode == 0, other.stderr[-3000:]
+        assert "waiting for" not in other.stderr
+        content = json.loads(other.stdout)["content_tag"].rsplit(":", 1)[1]
+        assert manifest_digest(Repository.parse(f"{second.host}/imgbuild"), content)
+    finally:
+        if held is not None and held.poll() is None:
+            held.kill()
+        first.stop()
+        second.stop()
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client, tmp_path,
                                                                    sig, code):

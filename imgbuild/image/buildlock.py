@@ -1,7 +1,8 @@
 """One build per content key at a time on a machine; different keys build side by side.
 
-A second `imgbuild` asked for an image that another is building waits for it (and then finds
-the image, so it builds nothing) instead of racing it into the same tags.
+A second `imgbuild` asked for an image that another is building (or smoke-testing) waits for
+it (and then finds the image and its report, so it builds and tests nothing) instead of racing
+it into the same tags. Pushes are not under the lock (pipeline/build.py).
 """
 
 from __future__ import annotations

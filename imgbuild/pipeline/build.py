@@ -203,22 +203,27 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         raise err
     client = daemon.client()
     registry.check_reachable(repo)
+    # The lock covers making the image and its smoke test: a second imgbuild for this content
+    # key waits, then finds the image and the report, and builds and tests nothing. The push
+    # is outside it: it only reads the finished image, so two pushes of one image (to two
+    # registries, or twice to one: blobs and manifests are content-addressed, tags go to the
+    # same digest) run side by side instead of one waiting out the other's upload.
     with buildlock.exclusive(plan.content_key, log=progress.note):
         built = obtain(ws, plan, lock, client, repo, rebuild=opts.rebuild,
                        smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
                                                      client, repo, progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
                        cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)), progress=progress)
-        if opts.push and plan.smoke_model:
-            # Other machines fetch the checkpoint by its recipe key instead of generating it.
-            publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
-                                progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      resmoke=opts.resmoke, progress=progress)
-        published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
-                            compression=opts.compression or
-                            ws.registries.rule_for(repo.name).compression,
-                            commit=attest.git_commit(ws.images), progress=progress)
+    if opts.push and plan.smoke_model:
+        # Other machines fetch the checkpoint by its recipe key instead of generating it.
+        publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
+                            progress=progress)
+    published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
+                        compression=opts.compression or
+                        ws.registries.rule_for(repo.name).compression,
+                        commit=attest.git_commit(ws.images), progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
 
