@@ -4,6 +4,8 @@ layer to nothing (one core, as containerd 1.6 does it) and writing the uncompres
 files to the same disk with `tar -x` (what any client must do at least).
 
     IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/pull_split_bench.py [--image REF]
+    PATH=/opt/containerd-1.7/usr/bin:$PATH .venv/bin/python bench/pull_split_bench.py \
+        --suffix -containerd1.7     # another containerd (a .deb unpacked with dpkg -x)
 
 The image (default: the local tiny-cpu) is pushed with imgbuild in zstd and in gzip to a
 repository of its own on the local registry (blob cache off: compressed here). Each timing runs
@@ -95,6 +97,8 @@ def main() -> None:
     ap.add_argument("--image", default="imgbuild:tiny-cpu")
     ap.add_argument("--workdir", default="/var/lib/imgbuild/bench",
                     help="where containerd's roots and the tar floor go (the data disk)")
+    ap.add_argument("--suffix", default="",
+                    help="appended to the results file's name (another containerd on PATH)")
     args = ap.parse_args()
     os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"  # compressed here, as a first push does
     client = docker.from_env(timeout=3600)
@@ -104,8 +108,10 @@ def main() -> None:
     name = args.image.split("/")[-1].replace(":", "-")
     out: dict = {"machine": machine(), "image": args.image, "image_id": img.id,
                  "unpacked_bytes": int(img.attrs["Size"]),
-                 "containerd": subprocess.run(["containerd", "--version"], capture_output=True,
-                                              text=True).stdout.strip()}
+                 "containerd_version": subprocess.run(["containerd", "--version"],
+                                                      capture_output=True,
+                                                      text=True).stdout.strip(),
+                 "containerd_binary": shutil.which("containerd")}
 
     # The floor under any client: the layers' files written to this disk (tar -x), from the
     # uncompressed tars `docker save` gives.
@@ -136,7 +142,7 @@ def main() -> None:
                    "fetch); pull: a cold `ctr images pull` in another fresh containerd (fetch "
                    "and unpack overlapping). floor_tar_x: `tar -x` of the uncompressed layers "
                    "onto the same disk, then sync.")
-    path = ROOT / "bench" / "results" / f"pull-split-{name}.json"
+    path = ROOT / "bench" / "results" / f"pull-split-{name}{args.suffix}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     shutil.rmtree(work, ignore_errors=True)

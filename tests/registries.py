@@ -181,6 +181,19 @@ class Registry:
                 time.sleep(0.1)
         raise RuntimeError(f"registry did not start: {(self.root / 'log').read_text()[-500:]}")
 
+    def wait_for_upload(self, pusher: subprocess.Popen, repository: str = "imgbuild",
+                        timeout: float = 600) -> None:
+        """Return once `pusher` has begun uploading a blob into `repository` here (an upload
+        session on disk), while it is still running: the moment to interrupt a push."""
+        uploads = self.root / "data" / "docker" / "registry" / "v2" / "repositories" / \
+            repository / "_uploads"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pusher.poll() is None:
+            if uploads.is_dir() and any(uploads.iterdir()):
+                break
+            time.sleep(0.05)
+        assert pusher.poll() is None, "the push ended before a layer upload was seen"
+
     def stop(self) -> None:
         if self.proc:
             self.proc.terminate()

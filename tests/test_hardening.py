@@ -701,14 +701,7 @@ def test_two_pushes_of_one_image_run_side_by_side(docker_client, tmp_path):
         held = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                                  "--registry", f"{first.host}/imgbuild"], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        uploads = first.root / "data" / "docker" / "registry" / "v2" / "repositories" / \
-            "imgbuild" / "_uploads"
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and held.poll() is None:
-            if uploads.is_dir() and any(uploads.iterdir()):
-                break
-            time.sleep(0.05)
-        assert held.poll() is None, "the push ended before a layer upload was seen"
+        first.wait_for_upload(held)
         os.kill(held.pid, signal.SIGSTOP)  # mid-upload, holding whatever it holds
         try:
             # Waiting for the stopped one would never end: the timeout is the failure.
@@ -747,14 +740,7 @@ def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client
         p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                               "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-        uploads = reg.root / "data" / "docker" / "registry" / "v2" / "repositories" / \
-            "imgbuild" / "_uploads"
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and p.poll() is None:
-            if uploads.is_dir() and any(uploads.iterdir()):
-                break
-            time.sleep(0.05)
-        assert p.poll() is None, "the push ended before a layer upload was seen"
+        reg.wait_for_upload(p)
         p.send_signal(sig)
         _, err = p.communicate(timeout=300)
         assert p.returncode == code and "Traceback" not in err, err[-2000:]

@@ -197,7 +197,6 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
     (a moving tag moves only after the content tag and the smoke report are in); after a
     restart on the same storage, the same command completes."""
     import signal
-    import time
 
     from .registries import Registry
 
@@ -212,14 +211,7 @@ def test_registry_killed_mid_push_moves_no_tag_and_a_rerun_completes(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "tiny-cpu", "--push",
                              "--registry", repo], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    uploads = reg.root / "data" / "docker" / "registry" / "v2" / "repositories" / "imgbuild" / \
-        "_uploads"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if uploads.is_dir() and any(uploads.iterdir()):
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the push ended before a layer upload was seen"
+    reg.wait_for_upload(proc)
     reg.proc.send_signal(signal.SIGKILL)
     reg.proc.wait()
     out, err = proc.communicate(timeout=600)
