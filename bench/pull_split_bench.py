@@ -5,7 +5,7 @@ files to the same disk with `tar -x` (what any client must do at least).
 
     IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/pull_split_bench.py [--image REF]
     PATH=/opt/containerd-1.7/usr/bin:$PATH .venv/bin/python bench/pull_split_bench.py \
-        --suffix -containerd1.7     # another containerd (a .deb unpacked with dpkg -x)
+        --suffix=-containerd1.7     # another containerd (a .deb unpacked with dpkg -x)
 
 The image (default: the local tiny-cpu) is pushed with imgbuild in zstd and in gzip to a
 repository of its own on the local registry (blob cache off: compressed here). Each timing runs
