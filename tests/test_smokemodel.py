@@ -579,3 +579,28 @@ def test_other_schemes_generate_and_pass(
         assert layout["model.layers.0.self_attn.q_proj.weight"]["dtype"] == "F8_E4M3"
     status, reason, _ = payload.check_checkpoint(out)
     assert status == "pass", reason
+
+
+def test_a_complete_cache_entry_is_kept_and_a_broken_one_replaced(model_dir: Path,
+                                                                 reference: dict,
+                                                                 tmp_path: Path) -> None:
+    """Two imgbuilds may make the same smoke model at once (another target with it, or a push
+    outside the build lock): the second to finish keeps the first's entry, which may be being
+    read; an entry that does not verify is replaced."""
+    from imgbuild.pipeline.smokemodel import _publish
+
+    key = reference["key"]
+    entry = tmp_path / "entry"
+    shutil.copytree(model_dir, entry)
+    before = payload.file_manifest(entry)
+    inode = (entry / "config.json").stat().st_ino
+    ours = tmp_path / "ours"
+    shutil.copytree(model_dir, ours)
+    _publish(ours, entry, SPEC, key)
+    assert (entry / "config.json").stat().st_ino == inode  # not replaced under a reader
+    assert payload.file_manifest(entry) == before
+    # A broken entry (a checkpoint file changed) is replaced by ours.
+    (entry / "config.json").write_text("{}")
+    assert not smokemodel.is_complete(entry, SPEC, key)
+    _publish(ours, entry, SPEC, key)
+    assert smokemodel.is_complete(entry, SPEC, key) and not ours.exists()

@@ -112,12 +112,19 @@ def _unpack(layer: bytes, path: Path, spec, key: str, *, where: str) -> None:
         if not smokemodel.is_complete(tmp / "m", spec, key):
             raise JobFailed(f"{where} does not hold the smoke model its tag names",
                             hint="nothing was used; delete the tag, and a build makes it anew")
-        _publish(tmp / "m", path)
+        _publish(tmp / "m", path, spec, key)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _publish(src: Path, path: Path) -> None:
+def _publish(src: Path, path: Path, spec, key: str) -> None:
+    """Move a verified checkpoint from `src` (in a scratch directory its caller removes) to
+    the cache entry `path`. Another imgbuild (another target with the same smoke model, or a
+    push, which runs outside the build lock) may have put a complete entry there meanwhile:
+    it is kept, since the recipe key names the same bytes, and may be being read. Only a
+    broken entry is replaced."""
+    if smokemodel.is_complete(path, spec, key):
+        return
     if path.exists():
         shutil.rmtree(path)
     os.rename(src, path)  # a cache entry appears whole or not at all
@@ -149,7 +156,7 @@ def _generate(ws: Workspace, alias: str, key: str, client, repo: registry.Reposi
             raise JobFailed(f"the smoke-model generator failed (exit {r.returncode})",
                             log_tail=(r.stdout + r.stderr).strip().splitlines()[-25:],
                             hint=f"it ran as: {' '.join(cmd)}")
-        _publish(out / "model", path)
+        _publish(out / "model", path, spec, key)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
