@@ -49,7 +49,7 @@ demo: setup
 # group's tests one after another on one worker, the groups and the other tests beside them.
 # Measured on 2 cores from a fresh clone (.ci/run; bench/results/test-suite.json): 2 workers
 # with one engine group 27 min 40 s; 3 workers with two engine groups 17 min 28 s to 28 min 04 s
-# over eight runs as the machine's speed varied, then 15 min 19 s to 17 min 30 s (three runs) after the
+# over eight runs as the machine's speed varied, then 15 min 19 s to 17 min 39 s (four runs) after the
 # suite's CPU was cut (the cores busy the whole run: CPU-seconds are the budget). WORKERS=0: one
 # process.
 WORKERS ?= 3
