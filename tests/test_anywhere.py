@@ -95,6 +95,39 @@ def test_the_generator_makes_the_same_bytes_twice(tmp_path):
     assert manifests[0] == manifests[1]
 
 
+def test_the_generators_build_log_and_output_are_kept_in_the_log_dir(images_copy, tmp_path):
+    """A smoke model made from nothing builds the generator image and runs it: with --log-dir
+    both logs are kept there, the way a target's build log is (a failed generator build left
+    nothing to read but a tail). The generator here differs from the catalog's in its
+    description only, so its image is new (its own content key: a build, not a reuse) while
+    its steps come from BuildKit's cache."""
+    gen = images_copy / "generators" / "smoke-model.yaml"
+    gen.write_text(gen.read_text().replace(
+        "The smoke-model generator:", f"The smoke-model generator ({uuid.uuid4().hex[:8]}):", 1))
+    dev = [sys.executable, "-m", "imgbuild.cli"]
+    loc = ["--images", str(images_copy), "--lockfiles", str(images_copy.parent / "lockfiles")]
+    plan = imgbuild(dev, "plan", "smoke-model", "--no-checks", "--json", *loc, cwd=tmp_path,
+                    home=Path.home(), cache=tmp_path / "cache")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    planned = json.loads(plan.stdout)
+    tag, ref = planned["content_tag"], planned["refs"][0]
+    assert ref == f"imgbuild:{tag}"
+    logs = tmp_path / "logs"
+    try:
+        r = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", "--log-dir", str(logs), *loc,
+                     cwd=tmp_path, home=Path.home(), cache=tmp_path / "cache")
+        assert r.returncode == 0, r.stderr[-3000:]
+        key = json.loads(r.stdout)["key"]
+        build_log = (logs / f"{tag}.build.log").read_text()
+        assert re.search(r"^#\d+ \[[^\]]*\] RUN .*-r /opt/imgbuild/heavy", build_log, re.M)
+        assert f"naming to docker.io/library/{ref} done" in build_log
+        made = (logs / f"smoke-model-tiny-nvfp4-{key[:16]}.generate.log").read_text()
+        assert made.startswith("$ ") and "--network none" in made.splitlines()[0]
+        assert f"--key {key}" in made.splitlines()[0] and len(made.splitlines()) > 1
+    finally:
+        subprocess.run(["docker", "rmi", ref], capture_output=True)
+
+
 def test_a_base_that_is_not_the_recorded_one_is_refused(images_copy, tmp_path):
     bases = images_copy / "bases.yaml"
     bases.write_text(re.sub(r"rootfs: sha256:\w+", "rootfs: sha256:" + "0" * 64,

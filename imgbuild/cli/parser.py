@@ -230,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--registry", help="fetch it from (and with --push, store it in) this "
                                       "repository, e.g. 127.0.0.1:5000/imgbuild")
     s.add_argument("--push", action="store_true")
+    s.add_argument("--log-dir", help="keep the generator image's build log and the "
+                                     "generator's output here")
     s = sub.add_parser("verify", parents=[common],
                        help="check an image in a registry: its digest, smoke report, SBOM "
                             "against its lock, provenance")

@@ -211,7 +211,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
     with buildlock.exclusive(plan.content_key, log=progress.note):
         built = obtain(ws, plan, lock, client, repo, rebuild=opts.rebuild,
                        smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
-                                                     client, repo, progress=progress),
+                                                     client, repo, log_dir=opts.log_dir,
+                                                     progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
                        cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)), progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
@@ -219,7 +220,7 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
     if opts.push and plan.smoke_model:
         # Other machines fetch the checkpoint by its recipe key instead of generating it.
         publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
-                            progress=progress)
+                            log_dir=opts.log_dir, progress=progress)
     published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
                         compression=opts.compression or
                         ws.registries.rule_for(repo.name).compression,

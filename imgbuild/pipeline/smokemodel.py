@@ -40,9 +40,10 @@ def artifact_tag(name: str, key: str) -> str:
 
 
 def smoke_model(ws: Workspace, alias: str, key: str, client, repo: registry.Repository, *,
-                progress: Progress = SILENT) -> Path:
+                log_dir: Path | None = None, progress: Progress = SILENT) -> Path:
     """The checkpoint directory of generated model `alias` with recipe key `key` (a Plan's
-    smoke_model and smoke_model_key), complete and verified."""
+    smoke_model and smoke_model_key), complete and verified. With `log_dir`, the generator
+    image's build log and the generator's output are kept there, as the target's build log is."""
     spec = smokemodel.spec_for(ws.catalog.model(alias))
     path = smokemodel.cache_path(spec, key=key)
     what = f"smoke model {alias} ({key[:12]})"
@@ -55,7 +56,7 @@ def smoke_model(ws: Workspace, alias: str, key: str, client, repo: registry.Repo
             _unpack(found[2], path, spec, key, where=f"{repo.name}:{artifact_tag(spec.name, key)}")
             progress.note(f"{what}: fetched from {repo.name} in {time.monotonic() - t0:.1f} s")
             return path
-    _generate(ws, alias, key, client, repo, path, progress=progress)
+    _generate(ws, alias, key, client, repo, path, log_dir=log_dir, progress=progress)
     if not smokemodel.is_complete(path, spec, key):
         raise JobFailed(f"the generator made {what}, but it does not verify",
                         hint="run it again; if it persists, the generator image is broken: "
@@ -66,7 +67,8 @@ def smoke_model(ws: Workspace, alias: str, key: str, client, repo: registry.Repo
 
 
 def publish_smoke_model(ws: Workspace, alias: str, key: str, client,
-                        repo: registry.Repository, *, progress: Progress = SILENT) -> str | None:
+                        repo: registry.Repository, *, log_dir: Path | None = None,
+                        progress: Progress = SILENT) -> str | None:
     """Push the checkpoint as an artifact unless the registry has it; its tag, or None when
     the repository names no registry."""
     if not repo.host:
@@ -75,7 +77,7 @@ def publish_smoke_model(ws: Workspace, alias: str, key: str, client,
     tag = artifact_tag(spec.name, key)
     if registry.manifest_digest(repo, tag) is not None:
         return tag
-    path = smoke_model(ws, alias, key, client, repo, progress=progress)
+    path = smoke_model(ws, alias, key, client, repo, log_dir=log_dir, progress=progress)
     manifest = payload.file_manifest(path)
     registry.push_artifact(repo, tag, ARTIFACT_TYPE,
                            {"name": spec.name, "key": key, "spec": spec.key(), "files": manifest},
@@ -131,12 +133,13 @@ def _publish(src: Path, path: Path, spec, key: str) -> None:
 
 
 def _generate(ws: Workspace, alias: str, key: str, client, repo: registry.Repository,
-              path: Path, *, progress: Progress) -> None:
+              path: Path, *, log_dir: Path | None, progress: Progress) -> None:
     """Run the generator image (built from its own lock, or reused) with no network."""
     profile = ws.catalog.model(alias)
     spec = smokemodel.spec_for(profile)
     gen = make_plan(ws, profile.generator_image, repository=repo.name)
-    obtain(ws, gen, ws.target(gen.target).lock(), client, repo, progress=progress)
+    obtain(ws, gen, ws.target(gen.target).lock(), client, repo, log_dir=log_dir,
+           progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -152,6 +155,10 @@ def _generate(ws: Workspace, alias: str, key: str, client, repo: registry.Reposi
             except subprocess.TimeoutExpired:
                 raise JobFailed(f"the smoke-model generator ran over {GENERATE_TIMEOUT} s",
                                 hint=f"run it by hand to see why: {' '.join(cmd)}") from None
+        if log_dir is not None:
+            # Kept on success too: it says what the checkpoint's reference outputs came from.
+            (log_dir / f"{artifact_tag(spec.name, key)}.generate.log").write_text(
+                f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
         if r.returncode != 0:
             raise JobFailed(f"the smoke-model generator failed (exit {r.returncode})",
                             log_tail=(r.stdout + r.stderr).strip().splitlines()[-25:],
@@ -162,7 +169,8 @@ def _generate(ws: Workspace, alias: str, key: str, client, repo: registry.Reposi
 
 
 def smoke_model_for(ws: Workspace, alias: str, *, registry_name: str | None = None,
-                    push: bool = False, progress: Progress = SILENT) -> dict:
+                    push: bool = False, log_dir: Path | None = None,
+                    progress: Progress = SILENT) -> dict:
     """`imgbuild smoke-model ALIAS`: the checkpoint of a generated profile, by its recipe key
     (what any target carrying it would use), with where it is and what it is."""
     profile = ws.catalog.model(alias)
@@ -171,7 +179,7 @@ def smoke_model_for(ws: Workspace, alias: str, *, registry_name: str | None = No
     key = smoke_model_key(ws, alias)
     client = daemon.client()
     registry.check_reachable(repo)
-    path = smoke_model(ws, alias, key, client, repo, progress=progress)
+    path = smoke_model(ws, alias, key, client, repo, log_dir=log_dir, progress=progress)
     tag = publish_smoke_model(ws, alias, key, client, repo, progress=progress) if push else None
     return {"model": alias, "path": str(path), "pushed": tag} | describe(path)
 
