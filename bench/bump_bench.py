@@ -123,21 +123,37 @@ def bump(args_target: str, model: list[str], repo_name: str, proj: Path, logs: P
             "content_tag": new["content_tag"], "moving_refs": new["refs"][1:]}
 
 
-def pin_project(proj: Path, target: str, pin: str) -> float:
-    """The target with its engine pin overridden, locked; the seconds the lock took."""
+def pin_project(proj: Path, target: str, pins: list[str]) -> float:
+    """The target with its engine pin overridden (and any pin that keeps the heavy layer's
+    packages where they were), locked; the seconds the lock took."""
     (proj / "images" / f"{target}.yaml").write_text(
-        f"extends: {target}\noverrides:\n  - requirement: {pin}\n"
-        "    reason: \"bench/bump_bench.py: an engine release apart, the same torch\"\n")
+        f"extends: {target}\noverrides:\n" + "".join(
+            f"  - requirement: {pin}\n"
+            "    reason: \"bench/bump_bench.py: an engine release apart, the same torch\"\n"
+            for pin in pins))
     t = time.perf_counter()
     subprocess.run([IMGBUILD, "lock", target], cwd=proj, check=True, capture_output=True)
-    return round(time.perf_counter() - t, 1)
+    secs = round(time.perf_counter() - t, 1)
+    # An engine-only bump or nothing: a relock that moved a heavy pin measures another thing.
+    heavy = [set(json.loads(subprocess.run(
+        [IMGBUILD, "plan", target, "--no-checks", "--json"], cwd=cwd, check=True,
+        capture_output=True, text=True).stdout)["heavy_packages"]) for cwd in (ROOT, proj)]
+    if heavy[0] != heavy[1]:
+        raise SystemExit(f"{', '.join(pins)} moves the heavy layer's pins: "
+                         f"{sorted(heavy[1] - heavy[0])} in place of {sorted(heavy[0] - heavy[1])}"
+                         "; pin those back with another --engine-pin")
+    return secs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="sglang-blackwell-slim")
     ap.add_argument("--model", default="k2.6")
-    ap.add_argument("--engine-pin", default="sglang==0.5.22")
+    # Repeatable: the engine's pin, then any that keep the heavy layer's packages as they were
+    # (SGLang 0.5.22 alone would take cuda-tile 1.6.0rc5, a stub that installs from
+    # pypi.nvidia.com: a heavy-layer change, and out of reach here).
+    ap.add_argument("--engine-pin", action="append", default=None,
+                    help="default: sglang==0.5.22 and cuda-tile==1.7.0")
     ap.add_argument("--second-pin", default=None, help="a second bump after the first")
     ap.add_argument("--base-bootstrap", default=None,
                     help="the target's bootstrapped base (imgbuild base bootstrap --base KEY)")
@@ -148,7 +164,8 @@ def main() -> None:
     # machine's blob cache (image/blobcache.py) would send a later round's bytes from disk.
     os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"
     model = ["--model", args.model] if args.model else []
-    out: dict = {"target": args.target, "model": args.model, "engine_pin": args.engine_pin,
+    pins = args.engine_pin or ["sglang==0.5.22", "cuda-tile==1.7.0"]
+    out: dict = {"target": args.target, "model": args.model, "engine_pin": ", ".join(pins),
                  "second_pin": args.second_pin, "runner": "a Docker Engine started empty "
                  "for each build (tests/fresh_engine.py)"}
     with tempfile.TemporaryDirectory(prefix="bump-bench-", dir="/var/tmp") as td:
@@ -158,7 +175,7 @@ def main() -> None:
         (proj / "imgbuild.yaml").write_text("{}\n")
         (proj / "images").mkdir()
         (proj / "lockfiles").mkdir()
-        out["relock_s"] = pin_project(proj, args.target, args.engine_pin)
+        out["relock_s"] = pin_project(proj, args.target, pins)
         with scratch_registry(scratch / "r") as reg:
             repo_name = f"{reg}/bench"
             repo = Repository.parse(repo_name)
@@ -213,7 +230,8 @@ def main() -> None:
                 for ref in out["imgbuild"].pop("moving_refs"):
                     tag_manifest(repo, out["imgbuild"]["content_tag"].rsplit(":", 1)[1],
                                  ref.rsplit(":", 1)[1])
-                out["relock_second_s"] = pin_project(proj, args.target, args.second_pin)
+                out["relock_second_s"] = pin_project(proj, args.target,
+                                                     [args.second_pin, *pins[1:]])
                 blobs1 = {la["digest"] for la in layers(
                     repo, out["imgbuild"]["content_tag"].rsplit(":", 1)[1])}
                 with fresh_runner():

@@ -2,7 +2,8 @@
 from a private index that asks for a password (a Basic-auth gate in front of pypiserver, on an
 address the build container reaches); the spec names it as `http://probe:SECRET@HOST/simple/`.
 The build also gets the host's netrc (a token for pypi.org) and a CA bundle with a private CA
-(what a TLS-inspecting proxy needs), as a user behind one sets them. The lock, the build (every
+(what a TLS-inspecting proxy needs), as a user behind one sets them, and PyPI comes through the
+host's mirror (UV_INDEX_URL, behind the same password). The lock, the build (every
 install step run: --no-cache) and the smoke test work, and neither SECRET, nor the token, nor
 the private CA is in any of: the image's history, its inspect document, the `docker save`
 tarball (every layer), the build log, `plan --json`, the Bake file, the lockfile."""
@@ -59,6 +60,8 @@ class Gate:
                     self.end_headers()
                     return
                 headers = {k: self.headers[k] for k in ("Range", "Accept") if k in self.headers}
+                # Bytes as they are: the length forwarded is the length sent.
+                headers["Accept-Encoding"] = "identity"
                 r = requests.request(method, upstream + self.path, headers=headers, stream=True,
                                      allow_redirects=False, timeout=60)
                 self.send_response(r.status_code)
@@ -121,6 +124,9 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
     ix.add(WheelSpec("imgbuild-probe", "1.0", files={"imgbuild_probe/__init__.py": "X = 1\n"}))
     ix.start()
     gate = Gate(ix.url.removesuffix("/simple/"), "probe", secret, addr)
+    # The host's PyPI mirror (UV_INDEX_URL), behind the same password: a firewall that
+    # reaches only its mirrors. Lock and build must both ask it, not pypi.org.
+    mirror = Gate("https://pypi.org", "probe", secret, addr)
     try:
         images = tmp_path / "images"
         shutil.copytree(ROOT / "images", images)
@@ -136,7 +142,9 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         logs.mkdir()
         env = {k: v for k, v in os.environ.items() if k != "IMGBUILD_WHEELS"}
         env |= {"UV_PYTHON_DOWNLOADS": "never", "HF_HUB_OFFLINE": "1",
-                "IMGBUILD_NETRC": str(netrc), "IMGBUILD_CA_BUNDLE": str(bundle)}
+                "IMGBUILD_NETRC": str(netrc), "IMGBUILD_CA_BUNDLE": str(bundle),
+                "UV_INDEX_URL": f"http://probe:{secret}@{addr}:{mirror.port}/simple/"}
+        env.pop("UV_DEFAULT_INDEX", None)
         loc = ["--images", str(images)]
 
         def imgbuild(*args: str) -> subprocess.CompletedProcess:
@@ -150,13 +158,14 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert r.returncode == 0, r.stderr[-3000:]
         lock_text = next((tmp_path / "lockfiles").glob("tiny-secret.*.txt")).read_text()
         assert "imgbuild-probe==1.0" in lock_text and "torch==2.13.0+cpu" in lock_text
+        assert any(ok and p == "/simple/safetensors/" for p, ok in mirror.seen), mirror.seen[:5]
         plan = imgbuild("plan", "tiny-secret", "--no-checks", "--json", "--registry",
                         registry_repo)
         assert plan.returncode == 0, plan.stderr[-2000:]
         assert f"http://{addr}:{gate.port}/simple/" in json.loads(plan.stdout)["extra_index_urls"]
         bake = imgbuild("matrix", "--format", "bake")
         assert bake.returncode == 0 and "tiny-secret" in bake.stdout, bake.stderr[-2000:]
-        before = len(gate.seen)
+        before, before_mirror = len(gate.seen), len(mirror.seen)
         r = imgbuild("tiny-secret", "--registry", registry_repo, "--no-cache", "--json",
                      "--log-dir", str(logs))
         assert r.returncode == 0, r.stderr[-3000:]
@@ -169,10 +178,13 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         log = "".join(p.read_text() for p in logs.iterdir())
         assert "+ torch==2.13.0+cpu" in log and "+ imgbuild-probe==1.0" in log
         assert "+ safetensors==" in log
+        # ... and those from PyPI through the host's mirror, its password from the netrc.
+        assert any(ok and p == "/simple/safetensors/" for p, ok in mirror.seen[before_mirror:])
         ref = built["content_tag"]
         history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,
                                  text=True, check=True).stdout
         assert "IMGBUILD_INDEX_FLAGS" in history  # the build argument is there, without it
+        assert f"--default-index http://{addr}:{mirror.port}/simple/" in history
         inspect = subprocess.run(["docker", "image", "inspect", ref], capture_output=True,
                                  text=True, check=True).stdout
         saved = tmp_path / "image.tar"
@@ -189,6 +201,7 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert [h for h in hidden if h in blob] == []
     finally:
         gate.stop()
+        mirror.stop()
         ix.stop()
         for t in docker_client.images.list(name=registry_repo):
             for tag in t.tags:

@@ -575,6 +575,43 @@ def test_the_context_carries_only_the_wheels_the_lock_pins(tiny, tmp_path):
     assert index_flags(dataclasses.replace(plan, extra_index_urls=()), False) == ""
 
 
+def test_the_hosts_pypi_mirror_is_where_lock_and_build_fetch_from(tiny, tmp_path, monkeypatch):
+    """Behind a firewall that reaches only a mirror: UV_DEFAULT_INDEX, UV_INDEX_URL or
+    PIP_INDEX_URL (uv reads the first two, not the third) names it for the lock's uv and the
+    build's, its password in the build's netrc secret only, and no tag changes."""
+    import dataclasses
+
+    from imgbuild.image.context import index_flags
+    from imgbuild.lock import uv
+    from imgbuild.lock.lockfile import LockRequest
+
+    plan, lock = tiny
+    for v in wheels.MIRROR_VARS:
+        monkeypatch.delenv(v, raising=False)
+    req = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("x",), ())
+    assert wheels.mirror_index() is None and uv.index_args(req, None) == []
+    assert index_flags(plan, False, None) == index_flags(plan, False)
+    url = f"https://ci:{SECRET}@mirror.example/pypi/simple/"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://pip-only.example/simple/")
+    monkeypatch.setenv("UV_INDEX_URL", url)
+    assert wheels.mirror_index() == url  # uv's variables before pip's
+    assert wheels.default_index_urls() == (url,)
+    assert uv.index_args(req, None) == ["--default-index", url]
+    assert make_plan(WS, "tiny-cpu", resolve=False).content_tag == plan.content_tag
+    bare = dataclasses.replace(plan, extra_index_urls=())
+    assert index_flags(bare, False, url) == "--default-index https://mirror.example/pypi/simple/"
+    assert index_flags(plan, True, url) == (
+        "--default-index https://mirror.example/pypi/simple/ --find-links /opt/imgbuild-wheels "
+        "--index-strategy unsafe-best-match")
+    assert index_flags(plan, False, url).startswith(
+        "--default-index https://mirror.example/pypi/simple/ --extra-index-url ")
+    netrc = Secrets(None, None).with_index_credentials((url,), tmp_path).netrc
+    assert netrc is not None and f"password {SECRET}" in netrc.read_text()
+    assert "mirror.example" in netrc.read_text()
+    monkeypatch.delenv("UV_INDEX_URL")
+    assert uv.index_args(req, None) == ["--default-index", "https://pip-only.example/simple/"]
+
+
 def test_the_context_holds_the_rendered_build_and_the_smoke_checkpoint(tiny, tmp_path):
     from imgbuild.plan import render
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from ..errors import ImgbuildError, InputError
 from ..image import daemon, registry
 from ..image.context import index_flags, local_wheels, prepare_context
+from ..lock.wheels import mirror_index
 from ..pipeline.smokemodel import smoke_model
 from ..plan import render
 from ..plan.decide import make_plan
@@ -277,7 +278,7 @@ def bake(job_list: list[Job], ws: Workspace, *, context_dir: str = DEFAULT_CONTE
             "dockerfile-inline": render.dockerfile(plan),
             "tags": [plan.ref()],
             "labels": labels,
-            "args": {"IMGBUILD_INDEX_FLAGS": index_flags(plan, carried)},
+            "args": {"IMGBUILD_INDEX_FLAGS": index_flags(plan, carried, mirror_index())},
             "platforms": [j.platform],
             **bake_cache(plan),
         }

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalog.indexes import credential_of
+from ..catalog.indexes import credential_of, strip_credentials
 from ..catalog.patches import Patch
 from ..fsutil import cannot_write
 from ..lock.lockfile import Lockfile
@@ -88,11 +88,16 @@ def local_wheels(lock: Lockfile, wheels: Path | None) -> list[Path]:
     return [w for w in sorted(wheels.glob("*.whl")) if _sha256(w) in wanted]
 
 
-def index_flags(plan: Plan, has_wheels: bool) -> str:
+def index_flags(plan: Plan, has_wheels: bool, mirror: str | None = None) -> str:
+    """uv's index flags inside the build (IMGBUILD_INDEX_FLAGS). `mirror`: the index the host
+    names in place of PyPI (wheels.mirror_index()); the build reaches the same index the lock
+    did, named without its credentials (they go in the netrc secret)."""
+    flags = [f"--default-index {strip_credentials(mirror)}"] if mirror else []
     if has_wheels:
         # The wheelhouse stands in for the extra indexes (the CPU torch index, say).
-        return f"--find-links {render.WHEELS} --index-strategy unsafe-best-match"
-    flags = [f"--extra-index-url {u}" for u in plan.extra_index_urls]
+        return " ".join([*flags, f"--find-links {render.WHEELS}",
+                         "--index-strategy unsafe-best-match"])
+    flags += [f"--extra-index-url {u}" for u in plan.extra_index_urls]
     if plan.extra_index_urls:
         flags.append("--index-strategy unsafe-best-match")
     return " ".join(flags)

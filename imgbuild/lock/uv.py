@@ -14,6 +14,7 @@ from packaging.utils import parse_wheel_filename
 from ..errors import EnvError
 from . import wheels
 from .lockfile import LockRequest
+from .wheels import mirror_index
 
 _UV_LOCK = threading.Lock()
 
@@ -56,7 +57,10 @@ def uv_version() -> str:
 
 def index_args(req: LockRequest, wheels: Path | None) -> list[str]:
     """Index flags shared by resolve and install, so both see the same candidates."""
-    args: list[str] = []
+    # The host's mirror, named outright: uv reads UV_DEFAULT_INDEX and UV_INDEX_URL itself,
+    # not PIP_INDEX_URL, and the build must use the index the lock was made from.
+    mirror = mirror_index()
+    args: list[str] = ["--default-index", mirror] if mirror else []
     if wheels is not None:
         args += ["--find-links", str(Path(wheels).absolute())]  # uv runs in a scratch dir
     for url in req.extra_index_urls:

@@ -78,12 +78,20 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "imgbuild"
 
 
+# Where the host names a mirror in place of PyPI, first found wins (uv's own order, then pip's).
+MIRROR_VARS = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")
+
+
+def mirror_index() -> str | None:
+    """The index the host names in place of PyPI (a mirror behind a firewall, credentials and
+    all), or None for PyPI itself. Lock and build both use it: hash pins make its files the
+    same bytes, so it is no input of the content key."""
+    return next((os.environ[v] for v in MIRROR_VARS if os.environ.get(v)), None)
+
+
 def default_index_urls() -> tuple[str, ...]:
     """The default index, as uv would pick it: UV_DEFAULT_INDEX, UV_INDEX_URL, PIP_INDEX_URL."""
-    for var in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
-        if os.environ.get(var):
-            return (os.environ[var],)
-    return (PYPI_SIMPLE,)
+    return (mirror_index() or PYPI_SIMPLE,)
 
 
 def index_urls(extra: Iterable[str] = ()) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
 from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
+from ..lock.wheels import mirror_index
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
@@ -67,12 +68,14 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
                         "given to build it with")
     index_urls = ws.target(plan.target, plan.platform).request.extra_index_urls  # with credentials
+    mirror = mirror_index()  # the host's PyPI mirror: the lock came from there too
+    index_urls += (mirror,) if mirror else ()
     with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
         built = prepare_build(plan, lock, Path(td), wheels=ws.wheels, smoke_model_dir=smoke_dir,
                               patches=ws.patches, index_urls=index_urls,
                               host=Secrets.from_host())
         carried = built.carried
-        flags = index_flags(plan, bool(carried))
+        flags = index_flags(plan, bool(carried), mirror)
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
