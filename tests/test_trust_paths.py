@@ -597,6 +597,7 @@ def test_the_hosts_pypi_mirror_is_where_lock_and_build_fetch_from(tiny, tmp_path
     assert wheels.mirror_index() == url  # uv's variables before pip's
     assert wheels.default_index_urls() == (url,)
     assert uv.index_args(req, None) == ["--default-index", url]
+    assert uv.index_args(req, None, mirror=False) == []  # a caller that names its own index
     assert make_plan(WS, "tiny-cpu", resolve=False).content_tag == plan.content_tag
     bare = dataclasses.replace(plan, extra_index_urls=())
     assert index_flags(bare, False, url) == "--default-index https://mirror.example/pypi/simple/"

@@ -55,12 +55,13 @@ def uv_version() -> str:
     return out.stdout.strip() or "uv (unknown version)"
 
 
-def index_args(req: LockRequest, wheels: Path | None) -> list[str]:
-    """Index flags shared by resolve and install, so both see the same candidates."""
-    # The host's mirror, named outright: uv reads UV_DEFAULT_INDEX and UV_INDEX_URL itself,
-    # not PIP_INDEX_URL, and the build must use the index the lock was made from.
-    mirror = mirror_index()
-    args: list[str] = ["--default-index", mirror] if mirror else []
+def index_args(req: LockRequest, wheels: Path | None, *, mirror: bool = True) -> list[str]:
+    """Index flags shared by resolve and install, so both see the same candidates; `mirror`:
+    name the host's PyPI mirror as the default index (False: the caller names one)."""
+    # Named outright: uv reads UV_DEFAULT_INDEX and UV_INDEX_URL itself, not PIP_INDEX_URL,
+    # and the build must use the index the lock was made from.
+    mirror_url = mirror_index() if mirror else None
+    args: list[str] = ["--default-index", mirror_url] if mirror_url else []
     if wheels is not None:
         args += ["--find-links", str(Path(wheels).absolute())]  # uv runs in a scratch dir
     for url in req.extra_index_urls:
