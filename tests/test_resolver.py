@@ -3,10 +3,16 @@ small wheels the tests build, and against real PyPI metadata (marker `live`)."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from imgbuild.errors import ResolveError
-from imgbuild.lock.lockfile import LockRequest
+from imgbuild.lock.lockfile import LOCK_FORMAT, LockRequest
 from imgbuild.lock.resolve import check_overrides, ensure_lock, resolve_explained
 
 from .wheelfactory import LocalIndex, WheelSpec
@@ -26,6 +32,9 @@ def index(tmp_path_factory):
     # Backtracking bait: 1.0 installs anywhere, 2.0 only on glibc >= 2.34.
     ix.add(WheelSpec("servo", "1.0"))
     ix.add(WheelSpec("servo", "2.0", tag="py3-none-manylinux_2_34_x86_64"))
+    # An sdist with no wheel (as NVIDIA's wheel stubs are), and an engine that pins it.
+    make_sdist("stubby", "1.0", ix.root)
+    ix.add(WheelSpec("engine-stub", "1.0", requires=("stubby==1.0",)))
     ix.start()
     yield ix
     ix.stop()
@@ -38,8 +47,49 @@ def use_index(index, monkeypatch, tmp_path):
     return index
 
 
-def req(*reqs, overrides=(), platform=PLAT):
-    return LockRequest("t", "3.11", platform, tuple(reqs), tuple(overrides))
+def req(*reqs, overrides=(), platform=PLAT, build_from_source=False):
+    return LockRequest("t", "3.11", platform, tuple(reqs), tuple(overrides),
+                       build_from_source=build_from_source)
+
+
+def make_sdist(name: str, version: str, dest: Path) -> Path:
+    """An sdist whose metadata is static (PKG-INFO 2.2, a pyproject [project] table): uv reads
+    it without building anything."""
+    base = f"{name}-{version}"
+    files = {
+        "PKG-INFO": f"Metadata-Version: 2.2\nName: {name}\nVersion: {version}\n",
+        "pyproject.toml": f'[project]\nname = "{name}"\nversion = "{version}"\n'
+                          '[build-system]\nrequires = ["setuptools"]\n'
+                          'build-backend = "setuptools.build_meta"\n',
+        f"{name}/__init__.py": "",
+    }
+    path = dest / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_package_with_no_wheel_is_refused_unless_the_target_builds_from_source(use_index):
+    """An sdist would be compiled inside the build (no compiler in the slim flavor; NVIDIA's
+    stubs fetch from pypi.nvidia.com there): the lock says so and how out, before a build."""
+    with pytest.raises(ResolveError) as e:
+        resolve_explained(req("engine-stub==1.0"))
+    facts = "\n".join(e.value.facts)
+    assert "stubby==1.0 has no usable wheels" in facts, facts
+    assert "engine-stub depend on stubby==1.0" in facts
+    assert "build_from_source: true" in e.value.hint and "override" in e.value.hint
+    body = resolve_explained(req("engine-stub==1.0", build_from_source=True))
+    assert "stubby==1.0" in body and "engine-stub==1.0" in body
+    # The choice is a lock input; wheels only (the default) keeps every earlier lock's hash.
+    assert req("x").inputs_hash() != req("x", build_from_source=True).inputs_hash()
+    earlier = {"target": "t", "python": "3.11", "uv_platform": PLAT, "requirements": ["x"],
+               "overrides": [], "extra_index_urls": [], "format": LOCK_FORMAT}
+    assert req("x").inputs_hash() == "sha256:" + hashlib.sha256(
+        json.dumps(earlier, sort_keys=True).encode()).hexdigest()
 
 
 def test_exact_pin_conflict_is_explained_with_an_override_that_works(use_index):
@@ -135,3 +185,21 @@ def test_real_sglang_platform_floor():
         resolve_explained(LockRequest("t", "3.12", "x86_64-manylinux_2_28", ("sglang==0.5.23",)))
     assert "sglang 0.5.23 has no wheel for this image's platform" in e.value.message
     assert "manylinux_2_34_x86_64" in e.value.message
+
+
+def test_build_from_source_is_read_from_the_target_into_its_lock_request(images_copy):
+    from imgbuild.errors import SpecError
+    from imgbuild.workspace import Workspace
+
+    def request(extra: str):
+        y = images_copy / "tiny-cpu.yaml"
+        y.write_text(y.read_text().split("\nbuild_from_source:")[0] + extra)
+        return Workspace(images_copy, images_copy.parent / "lockfiles").target("tiny-cpu").request
+
+    assert request("").build_from_source is False
+    shipped = request("").inputs_hash()
+    assert request("\nbuild_from_source: false\n").inputs_hash() == shipped
+    allowed = request("\nbuild_from_source: true\n")
+    assert allowed.build_from_source is True and allowed.inputs_hash() != shipped
+    with pytest.raises(SpecError):
+        request("\nbuild_from_source: sometimes\n")

@@ -60,6 +60,10 @@ class Target:
     smoke_model: str | None = None
     default_model: str | None = None
     split_heavy_layer: bool = False  # the heavy layer as two (plan/render.py)
+    # Whether the lock may hold a package that has no wheel for the image's platform, to be
+    # compiled from its sdist inside the build (a compiler, build dependencies, the network
+    # the sdist's build asks for). Off: every locked package is a wheel, or the lock says no.
+    build_from_source: bool = False
     # Why the image cannot run as any user (`smoke: root_only:`): its smoke test runs as root
     # and says so, and its Kubernetes manifests ask for root. None: it runs as any UID.
     root_only: str | None = None
@@ -92,7 +96,7 @@ class Target:
 
 TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "platforms",
                "requirements", "overrides", "patches", "indexes", "smoke", "model",
-               "split_heavy_layer"}
+               "split_heavy_layer", "build_from_source"}
 FLAVORS = ("devel", "cuda-devel", "slim")
 
 
@@ -162,6 +166,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
         patches=doc.str_list("patches"), indexes=tuple(indexes),
         smoke_model=sd.get("model", str, None), default_model=doc.get("model", str, None),
         split_heavy_layer=doc.get("split_heavy_layer", bool, False),
+        build_from_source=doc.get("build_from_source", bool, False),
         root_only=" ".join(root_only.split()) if root_only else None,
     )
 

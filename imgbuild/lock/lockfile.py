@@ -37,11 +37,15 @@ class LockRequest:
     requirements: tuple[str, ...]
     overrides: tuple[str, ...] = ()
     extra_index_urls: tuple[str, ...] = ()
+    build_from_source: bool = False  # sdists allowed (Target.build_from_source)
 
     def inputs_hash(self) -> str:
         # An index's credentials decide no resolution: a new password keeps the lock.
         doc = asdict(self) | {"format": LOCK_FORMAT, "extra_index_urls": [
             strip_credentials(u) for u in self.extra_index_urls]}
+        if not self.build_from_source:
+            # Wheels only is what every lock before this field was: they keep their hash.
+            del doc["build_from_source"]
         return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def filename(self) -> str:

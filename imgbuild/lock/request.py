@@ -26,4 +26,5 @@ def lock_request(target: Target, base: Base, toolchain: Toolchain | None = None)
         requirements=(target.engine_requirement,) + target.requirements + devel,
         overrides=tuple(o.requirement for o in target.overrides),
         extra_index_urls=tuple(ix.url for ix in target.indexes),
+        build_from_source=target.build_from_source,
     )

@@ -45,6 +45,11 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
         cmd = [uv_bin(), "pip", "compile", "requirements.in", "--generate-hashes", "--no-header",
                "--python-version", req.python, "--python-platform", req.uv_platform,
                "--no-progress", "--quiet", "-o", "out.txt"]
+        if not req.build_from_source:
+            # Wheels only: an sdist would be compiled inside the build, where the slim flavor
+            # has no compiler and NVIDIA's wheel stubs fetch from pypi.nvidia.com. Better uv's
+            # "has no usable wheels" here than a failed install step there.
+            cmd.append("--no-build")
         if req.overrides:
             (Path(td) / "overrides.txt").write_text("\n".join(req.overrides) + "\n")
             cmd += ["--overrides", "overrides.txt"]
@@ -72,12 +77,16 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
                      "for a mirror, SSL_CERT_FILE for its CA); offline, pass --wheels DIR with "
                      "the wheels the target needs")
         if proc.returncode != 0:
+            no_wheel = "has no usable wheels" in proc.stderr and not req.build_from_source
             raise ResolveError(
                 f"no environment satisfies target '{req.target}' on "
                 f"Python {req.python}, {req.uv_platform}",
                 facts=[ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-25:],
-                hint="relax a requirement, or add an override with a reason to "
-                     f"images/{req.target}.yaml")
+                hint=("pin a release that has a wheel for this platform (an override with a "
+                      f"reason in images/{req.target}.yaml), or allow compiling sdists in the "
+                      "build: `build_from_source: true`" if no_wheel else
+                      "relax a requirement, or add an override with a reason to "
+                      f"images/{req.target}.yaml"))
         return out.read_text()
 
 
