@@ -95,6 +95,18 @@ def heavy_cached(logs: Path) -> bool:
     return bool(step) and re.search(rf"^#{step.group(1)} CACHED$", log, re.M) is not None
 
 
+_EXTRACTED = re.compile(r"^#\d+ extracting sha256:\w+ ([\d.]+)s done$", re.M)
+_FETCHED = re.compile(r"^#\d+ sha256:\w+ [\d.]+[kKMGT]?B / [\d.]+[kKMGT]?B ([\d.]+)s done$", re.M)
+
+
+def cache_layer_times(logs: Path) -> dict:
+    """What taking the cached layers from the registry cost the build, from BuildKit's log:
+    the longest download (they run side by side) and the unpacking (one after another)."""
+    log = next(logs.glob("*.build.log")).read_text(errors="replace")
+    return {"download_s": max((float(x) for x in _FETCHED.findall(log)), default=0.0),
+            "extract_s": round(sum(float(x) for x in _EXTRACTED.findall(log)), 1)}
+
+
 def layers(repo: Repository, tag: str) -> list[dict]:
     got = get_manifest(repo, tag)
     assert got is not None, tag
@@ -109,7 +121,14 @@ def bump(args_target: str, model: list[str], repo_name: str, proj: Path, logs: P
                          "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
     new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])
     changed = [la for la in new_layers if la["digest"] not in prev_blobs]
-    return {"seconds": secs, "index_bytes": fetched_bytes(logs),
+    if keep := os.environ.get("BUMP_BENCH_KEEP_LOGS"):  # to read where the time went
+        shutil.copytree(logs, Path(keep) / logs.name, dirs_exist_ok=True)
+    build_s = new["build"]["seconds"]
+    return {"seconds": secs, "build_s": build_s,
+            # all but `docker build`: the push (the image read out of the Engine, compressed,
+            # sent) and, before the build, the plan and the smoke model fetched by its key
+            "push_s": round(secs - build_s, 1), "cache_layers": cache_layer_times(logs),
+            "index_bytes": fetched_bytes(logs),
             "sent_bytes": dir_bytes(scratch / "r") - before,
             "pushed_layer_bytes": new["push"]["sent_bytes"],
             "reused_layers": new["push"]["reused_layers"],

@@ -165,6 +165,8 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert f"http://{addr}:{gate.port}/simple/" in json.loads(plan.stdout)["extra_index_urls"]
         bake = imgbuild("matrix", "--format", "bake")
         assert bake.returncode == 0 and "tiny-secret" in bake.stdout, bake.stderr[-2000:]
+        # A runner building from the Bake file installs from the same mirror.
+        assert f"--default-index http://{addr}:{mirror.port}/simple/" in bake.stdout
         before, before_mirror = len(gate.seen), len(mirror.seen)
         r = imgbuild("tiny-secret", "--registry", registry_repo, "--no-cache", "--json",
                      "--log-dir", str(logs))

@@ -141,7 +141,7 @@ def kernel_coverage(ws: Workspace, ref, lock: Lockfile,
 
 # Keys added to targets after images were built: left at their default, a spec reads as it did
 # before the key existed, so that no image's content key moves for a feature it does not use.
-_LATER_KEYS = {"split_heavy_layer": False, "root_only": None}
+_LATER_KEYS = {"split_heavy_layer": False, "root_only": None, "build_from_source": False}
 
 
 def spec_digest(target: Target) -> str:
