@@ -2,11 +2,13 @@
 from a private index that asks for a password (a Basic-auth gate in front of pypiserver, on an
 address the build container reaches); the spec names it as `http://probe:SECRET@HOST/simple/`.
 The build also gets the host's netrc (a token for pypi.org) and a CA bundle with a private CA
-(what a TLS-inspecting proxy needs), as a user behind one sets them, and PyPI comes through the
-host's mirror (UV_INDEX_URL, behind the same password). The lock, the build (every
-install step run: --no-cache) and the smoke test work, and neither SECRET, nor the token, nor
-the private CA is in any of: the image's history, its inspect document, the `docker save`
-tarball (every layer), the build log, `plan --json`, the Bake file, the lockfile."""
+(what a TLS-inspecting proxy needs), as a user behind one sets them; PyPI comes through the
+host's mirror (UV_INDEX_URL, behind the same password), and everything through the host's proxy
+(HTTP(S)_PROXY, with a password of its own). The lock, the build (every install step run:
+--no-cache) and the smoke test work, and neither SECRET, nor the token, nor the proxy's
+password, nor the private CA is in any of: the image's history, its inspect document, the
+`docker save` tarball (every layer), the build log, `plan --json`, the Bake file, the
+lockfile."""
 
 from __future__ import annotations
 
@@ -15,12 +17,15 @@ import json
 import os
 import secrets
 import shutil
+import socket
+import socketserver
 import subprocess
 import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -89,6 +94,85 @@ class Gate:
         self.server.server_close()
 
 
+class Proxy:
+    """An HTTP proxy that asks for a password (407 without it): CONNECT tunnels for https,
+    absolute-URI requests forwarded for http, each recorded as (client address, method,
+    target, authorised)."""
+
+    def __init__(self, user: str, password: str, addr: str):
+        self.seen: list[tuple[str, str, str, bool]] = []
+        want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        proxy = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                first = self.rfile.readline().decode("latin-1")
+                if not first.strip():
+                    return
+                method, target, _ = first.split(" ", 2)
+                headers = []
+                while (h := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                    headers.append(h)
+                auth = next((h.split(b":", 1)[1].strip().decode() for h in headers
+                             if h.lower().startswith(b"proxy-authorization:")), None)
+                ok = auth == want
+                proxy.seen.append((self.client_address[0], method, target, ok))
+                if not ok:
+                    self.wfile.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                                     b"Proxy-Authenticate: Basic realm=\"proxy\"\r\n"
+                                     b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                    return
+                if method == "CONNECT":
+                    host, port = target.rsplit(":", 1)
+                    upstream = socket.create_connection((host, int(port)), timeout=60)
+                    self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                else:
+                    u = urlsplit(target)
+                    upstream = socket.create_connection((u.hostname, u.port or 80), timeout=60)
+                    # One request per connection: the client reconnects for the next.
+                    kept = [h for h in headers
+                            if not h.lower().startswith((b"proxy-", b"connection:"))]
+                    path = u.path + (f"?{u.query}" if u.query else "")
+                    upstream.sendall(f"{method} {path} HTTP/1.1\r\n".encode() + b"".join(kept)
+                                     + b"Connection: close\r\n\r\n")
+                self.wfile.flush()
+                _pipe(self.connection, upstream)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.port = free_port()
+        self.server = Server((addr, self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _pipe(a: socket.socket, b: socket.socket) -> None:
+    """Bytes both ways until either side closes."""
+    def one(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s_ in (src, dst):
+                try:
+                    s_.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=one, args=(b, a), daemon=True)
+    t.start()
+    one(a, b)
+    t.join(timeout=60)
+    b.close()
+
+
 def private_ca(tmp_path: Path) -> tuple[Path, list[bytes]]:
     """The host bundle plus a freshly made CA certificate: public roots are in certifi anyway,
     a private CA (what corporate proxies need) is what must never land in a layer. Returns the
@@ -127,6 +211,10 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
     # The host's PyPI mirror (UV_INDEX_URL), behind the same password: a firewall that
     # reaches only its mirrors. Lock and build must both ask it, not pypi.org.
     mirror = Gate("https://pypi.org", "probe", secret, addr)
+    # ... and the way out is a proxy that asks for a password of its own.
+    proxy_secret = "pr0xy-" + secrets.token_hex(6)
+    hidden.append(proxy_secret.encode())
+    proxy = Proxy("px", proxy_secret, addr)
     try:
         images = tmp_path / "images"
         shutil.copytree(ROOT / "images", images)
@@ -143,7 +231,12 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         env = {k: v for k, v in os.environ.items() if k != "IMGBUILD_WHEELS"}
         env |= {"UV_PYTHON_DOWNLOADS": "never", "HF_HUB_OFFLINE": "1",
                 "IMGBUILD_NETRC": str(netrc), "IMGBUILD_CA_BUNDLE": str(bundle),
-                "UV_INDEX_URL": f"http://probe:{secret}@{addr}:{mirror.port}/simple/"}
+                "UV_INDEX_URL": f"http://probe:{secret}@{addr}:{mirror.port}/simple/",
+                "HTTP_PROXY": f"http://px:{proxy_secret}@{addr}:{proxy.port}",
+                "HTTPS_PROXY": f"http://px:{proxy_secret}@{addr}:{proxy.port}",
+                "NO_PROXY": "127.0.0.1,localhost"}  # the registry is reached directly
+        for k in ("http_proxy", "https_proxy", "no_proxy", "ALL_PROXY", "all_proxy"):
+            env.pop(k, None)
         env.pop("UV_DEFAULT_INDEX", None)
         loc = ["--images", str(images)]
 
@@ -167,7 +260,7 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert bake.returncode == 0 and "tiny-secret" in bake.stdout, bake.stderr[-2000:]
         # A runner building from the Bake file installs from the same mirror.
         assert f"--default-index http://{addr}:{mirror.port}/simple/" in bake.stdout
-        before, before_mirror = len(gate.seen), len(mirror.seen)
+        before, before_mirror, before_proxy = len(gate.seen), len(mirror.seen), len(proxy.seen)
         r = imgbuild("tiny-secret", "--registry", registry_repo, "--no-cache", "--json",
                      "--log-dir", str(logs))
         assert r.returncode == 0, r.stderr[-3000:]
@@ -182,6 +275,12 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
         assert "+ safetensors==" in log
         # ... and those from PyPI through the host's mirror, its password from the netrc.
         assert any(ok and p == "/simple/safetensors/" for p, ok in mirror.seen[before_mirror:])
+        # The build's uv went through the host's proxy, with its password: requests that
+        # came from a container (not this machine's own address) and were let through.
+        from_builds = [(m, t) for c, m, t, ok in proxy.seen[before_proxy:]
+                       if ok and c not in (addr, "127.0.0.1")]
+        assert (("GET", f"http://{addr}:{mirror.port}/simple/safetensors/") in from_builds
+                ), proxy.seen[before_proxy:][:8]
         ref = built["content_tag"]
         history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,
                                  text=True, check=True).stdout
@@ -204,6 +303,7 @@ def test_index_credentials_reach_the_build_as_a_secret_only(tmp_path, registry_r
     finally:
         gate.stop()
         mirror.stop()
+        proxy.stop()
         ix.stop()
         for t in docker_client.images.list(name=registry_repo):
             for tag in t.tags:

@@ -717,3 +717,14 @@ def test_an_sbom_missing_parts_fails_its_check_without_a_traceback(tiny):
     assert attest.check_sbom(doc, unhashed) == (
         "sbom", True, "1 locked packages, 0 OS packages; their pins match the image's lock "
         "label")
+
+
+def test_the_hosts_proxy_reaches_the_build_by_name_only():
+    """The docker CLI reads each named proxy variable from its environment: a proxy password
+    is on no command line (`ps` shows them), and an unset or empty one is not passed."""
+    from imgbuild.image.buildkit import proxy_args
+
+    env = {"HTTPS_PROXY": f"http://u:{SECRET}@proxy.example:3128", "no_proxy": "127.0.0.1",
+           "HTTP_PROXY": "", "PATH": "/usr/bin"}
+    assert proxy_args(env) == ["--build-arg", "HTTPS_PROXY", "--build-arg", "no_proxy"]
+    assert proxy_args({}) == []

@@ -30,6 +30,18 @@ _IMPORTING = re.compile(r"^#(\d+) importing cache manifest from (\S+)\s*$")
 # BuildKit cache (a fresh CI runner) can reuse its layers by naming it in --cache-from.
 INLINE_CACHE = ("--build-arg", "BUILDKIT_INLINE_CACHE=1")
 
+# Docker's predefined proxy arguments: uv inside the build reaches the index through the proxy
+# this host uses. BuildKit keeps them out of the image's history and of its cache key, and they
+# are no input of the content key. Each is named without a value, so the docker CLI reads it
+# from the environment it is given and a proxy's password never shows on a command line.
+PROXY_VARS = tuple(v for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+                   for v in (name, name.lower()))
+
+
+def proxy_args(env: dict[str, str]) -> list[str]:
+    """`--build-arg NAME` for each proxy variable set in `env`."""
+    return [a for v in PROXY_VARS if env.get(v) for a in ("--build-arg", v)]
+
 
 def _title(instruction: str) -> str:
     """A step as a person reads it: mounts and flags dropped, one line, short."""
@@ -59,6 +71,7 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     iid = context / "image-id"
     args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}", *INLINE_CACHE,
+            *proxy_args(dict(os.environ)),
             "--label", f"io.imgbuild.content-key={plan.content_key}",
             *secrets.args(), *(["--no-cache"] if no_cache else []),
             *[a for ref in cache_from for a in ("--cache-from", ref)],
