@@ -128,6 +128,17 @@ def test_the_generators_build_log_and_output_are_kept_in_the_log_dir(images_copy
         subprocess.run(["docker", "rmi", ref], capture_output=True)
 
 
+def test_a_target_without_a_smoke_model_builds_again(tmp_path):
+    """--rebuild of a target that carries no smoke model (the generator's own; a user's target
+    without `smoke:`) asked the catalog for the smoke model None and died in a traceback."""
+    r = imgbuild([sys.executable, "-m", "imgbuild.cli"], "build", "smoke-model", "--rebuild",
+                 "--no-smoke", "--json", cwd=ROOT, home=Path.home(), cache=tmp_path / "cache")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    built = json.loads(r.stdout)
+    assert built["action"] == "built" and built["build"]["steps"] > 0
+    assert not (tmp_path / "cache" / "smoke-models").exists()  # nothing was asked for one
+
+
 def test_a_base_that_is_not_the_recorded_one_is_refused(images_copy, tmp_path):
     bases = images_copy / "bases.yaml"
     bases.write_text(re.sub(r"rootfs: sha256:\w+", "rootfs: sha256:" + "0" * 64,
