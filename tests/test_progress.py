@@ -48,6 +48,22 @@ def unique_image(client, tmp_path, ref: str) -> str:
         pytest.skip("skipped: no imgbuild-base image here (make demo bootstraps it)")
     (d / "Dockerfile").write_text(f"FROM {base[0].tags[0]}\nCOPY a /a\nCOPY b /b\n")
     client.images.build(path=str(d), tag=ref, rm=True)
+    # The Engine says "Already exists" for a layer it holds only when it knows the blob's
+    # digest (its record of what it pushed and pulled): the base's layer as imgbuild's push
+    # compresses it, pulled once here, so that what the test sees does not hang on what ran
+    # before it.
+    # (An image of its own on the base: the Engine does not fetch a layer of an image whose
+    # config it already holds, so pulling the base itself would teach it nothing.)
+    k = tmp_path / "known"
+    k.mkdir()
+    (k / "c").write_bytes(os.urandom(1000))
+    (k / "Dockerfile").write_text(f"FROM {base[0].tags[0]}\nCOPY c /c\n")
+    known = f"{ref.split('/', 1)[0]}/base-known:1"
+    client.images.build(path=str(k), tag=known, rm=True)
+    wire.push_ref(client, known)
+    client.images.remove(known)
+    registry.pull(client, known, None)
+    client.images.remove(known)
     return ref
 
 
