@@ -64,9 +64,8 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
             cmd += ["--default-index", index_urls[0]]
             for u in index_urls[1:]:
                 cmd += ["--extra-index-url", u]
-            cmd += index_args(req, wheels, mirror=False)  # the default index is named above
-        else:
-            cmd += index_args(req, wheels)
+        # The host's mirror is the default index unless the caller named one above.
+        cmd += index_args(req, wheels, mirror=not index_urls)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=uv_env(), cwd=td)
         if proc.returncode != 0 and _UNREACHABLE.search(proc.stderr):
             # Not a verdict on the requirements: uv never saw the index's answer.

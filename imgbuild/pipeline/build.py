@@ -212,8 +212,7 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         built = obtain(ws, plan, lock, client, repo, rebuild=opts.rebuild,
                        smoke_dir=lambda: smoke_model(ws, plan.smoke_model, plan.smoke_model_key,
                                                      client, repo, log_dir=opts.log_dir,
-                                                     progress=progress)
-                       if plan.smoke_model else None,
+                                                     progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
                        cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)), progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,

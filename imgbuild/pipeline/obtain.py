@@ -47,7 +47,9 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             img = client.images.get(plan.ref())
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
-    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir(), no_cache=no_cache,
+    # Asked only of a target that carries a smoke model: the checkpoint may be made for it.
+    result = build_image(ws, plan, lock, client, repo,
+                         smoke_dir=smoke_dir() if plan.smoke_model else None, no_cache=no_cache,
                          log_dir=log_dir, cache_from=cache_from, progress=progress)
     img = client.images.get(plan.ref())
     return Built("built", img.id, img.attrs.get("Size", 0), result)
