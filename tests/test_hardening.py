@@ -549,10 +549,11 @@ def test_a_full_disk_under_the_build_context_is_said_and_cleaned(docker_client, 
 def containers_of(client, pid: int, prefix: str = "imgbuild-smoke-") -> list:
     """The containers named PREFIX-* that the imgbuild process `pid` started (their owner
     label), so that tests running beside this one on the same Engine, with smoke containers
-    of their own, are not counted."""
+    of their own, are not counted. A container that goes (`--rm`) between the Engine's list and
+    docker-py's look at it is gone, not an error."""
     from imgbuild.image.daemon import OWNER_LABEL
 
-    return [c for c in client.containers.list(all=True,
+    return [c for c in client.containers.list(all=True, ignore_removed=True,
                                               filters={"label": f"{OWNER_LABEL}={pid}"})
             if c.name.startswith(prefix)]
 
