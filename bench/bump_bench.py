@@ -21,7 +21,10 @@ on this machine's Engine.
 3. Today's rebuild: `imgbuild build --no-cache-from`, then `docker push` (the Engine's push),
    into a second registry: every layer is new bytes (timestamps), so all of them go; the
    registry that holds the previous image would have saved the base's layers only.
-4. imgbuild's rebuild: `imgbuild build --push --registry R` (cache from R, its own push).
+4. imgbuild's rebuild: `imgbuild build --push --no-smoke --registry R`: the layers above the
+   heavy ones built alone (cache from R) and spliced onto the previous image's heavy layers
+   in R (image/splice.py); then the same with --no-splice --rebuild, built whole (the heavy
+   layers pulled as cache) and pushed from the Engine, as before the splice.
 5. With --second-pin: the bump after that one, the same way as 4, once the target's moving tags
    are moved onto the first bump (as its smoke test's pass would move them); whether its heavy
    step was CACHED is recorded (the first bump's inline cache has no result for that step on
@@ -116,17 +119,18 @@ def layers(repo: Repository, tag: str) -> list[dict]:
 
 
 def bump(args_target: str, model: list[str], repo_name: str, proj: Path, logs: Path,
-         prev_blobs: set[str], repo: Repository, scratch: Path) -> dict:
-    """imgbuild's rebuild on a fresh runner: cache from the registry, its own push."""
+         prev_blobs: set[str], repo: Repository, scratch: Path, *extra: str) -> dict:
+    """imgbuild's rebuild on a fresh runner: cache from the registry, its own push (spliced
+    onto the previous image's heavy layers unless `extra` says --no-splice)."""
     before = dir_bytes(scratch / "r")
-    secs, new = imgbuild("build", args_target, *model, "--no-smoke", "--push",
+    secs, new = imgbuild("build", args_target, *model, "--no-smoke", "--push", *extra,
                          "--registry", repo_name, "--log-dir", str(logs), cwd=proj)
     new_layers = layers(repo, new["content_tag"].rsplit(":", 1)[1])
     changed = [la for la in new_layers if la["digest"] not in prev_blobs]
     if keep := os.environ.get("BUMP_BENCH_KEEP_LOGS"):  # to read where the time went
         shutil.copytree(logs, Path(keep) / logs.name, dirs_exist_ok=True)
     build_s = new["build"]["seconds"]
-    return {"seconds": secs, "build_s": build_s,
+    return {"action": new["action"], "seconds": secs, "build_s": build_s,
             # all but `docker build`: the push (the image read out of the Engine, compressed,
             # sent) and, before the build, the plan and the smoke model fetched by its key
             "push_s": round(secs - build_s, 1), "build_time": cache_layer_times(logs, build_s),
@@ -236,11 +240,21 @@ def main() -> None:
                                 "build_s": secs_build, "push_s": push_s,
                                 "index_bytes": fetched_bytes(logs),
                                 "sent_bytes": dir_bytes(scratch / "r-today")}
-            # 4. imgbuild's rebuild
+            # 4. imgbuild's rebuild: the layers above the heavy ones built alone, spliced onto
+            # the previous image's heavy layers in the registry (image/splice.py)
             with fresh_runner():
                 out["imgbuild"] = bump(args.target, model, repo_name, proj,
                                        scratch / "logs-imgbuild", prev_blobs, repo, scratch)
             out["changed_layers"] = out["imgbuild"].pop("changed_layers")
+            # 4b. the same rebuild built whole (--no-splice: the heavy layers pulled as
+            # BuildKit's cache, the image pushed from the Engine), which the splice replaces;
+            # --rebuild, as the content tag is in the registry now
+            with fresh_runner():
+                out["imgbuild_no_splice"] = bump(
+                    args.target, model, repo_name, proj, scratch / "logs-no-splice",
+                    prev_blobs, repo, scratch, "--no-splice", "--rebuild")
+            for k in ("changed_layers", "moving_refs"):
+                out["imgbuild_no_splice"].pop(k)
             if not args.second_pin:
                 out["imgbuild"].pop("moving_refs")
             # 5. the bump after it
@@ -261,6 +275,8 @@ def main() -> None:
                 out["second_bump"].pop("moving_refs")
     out["ratios"] = {
         "time_imgbuild_over_today": round(out["imgbuild"]["seconds"] / out["today"]["seconds"], 3),
+        "time_no_splice_over_today": round(out["imgbuild_no_splice"]["seconds"]
+                                           / out["today"]["seconds"], 3),
         "sent_over_changed_layers": round(out["imgbuild"]["pushed_layer_bytes"]
                                           / max(1, out["changed_layers"]["bytes"]), 3),
         "index_bytes_imgbuild_over_today": round(out["imgbuild"]["index_bytes"]

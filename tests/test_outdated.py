@@ -183,10 +183,10 @@ def _push_tag(repo_path: str, tag: str) -> None:
     """A tag in the local registry without Docker: an OCI manifest over an empty config."""
     import json
 
-    from imgbuild.image.registry import Repository, _put_blob
+    from imgbuild.image.registry import Repository, put_blob
 
     repo = Repository.parse(f"{REGISTRY_HOST}/{repo_path}")
-    empty = _put_blob(repo, b"{}")
+    empty = put_blob(repo, b"{}")
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty,
                            "size": 2}, "layers": []}

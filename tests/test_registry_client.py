@@ -165,9 +165,9 @@ def upload_image(repo: Repository, label: str) -> tuple[str, bytes, dict]:
     cfg = json.dumps(config).encode()
     layer = f"layer of {label}".encode()
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": CONFIG_TYPE, "digest": registry._put_blob(repo, cfg),
+                "config": {"mediaType": CONFIG_TYPE, "digest": registry.put_blob(repo, cfg),
                            "size": len(cfg)},
-                "layers": [{"mediaType": LAYER_TYPE, "digest": registry._put_blob(repo, layer),
+                "layers": [{"mediaType": LAYER_TYPE, "digest": registry.put_blob(repo, layer),
                             "size": len(layer)}]}
     body = json.dumps(manifest).encode()
     r = repo.api.request("PUT", f"{repo.path}/manifests/{label}", scope=repo.scope("pull", "push"),
@@ -397,8 +397,8 @@ def test_artifacts_and_reports(plain, config):
 @pytest.mark.docker
 def test_an_artifact_with_two_layers_is_not_one(plain, config):
     repo = Repository.parse(f"{plain.host}/art2")
-    layer = registry._put_blob(repo, b"one")
-    cfg = registry._put_blob(repo, b"{}")
+    layer = registry.put_blob(repo, b"one")
+    cfg = registry.put_blob(repo, b"{}")
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ART,
                 "config": {"mediaType": ART, "digest": cfg, "size": 2},
                 "layers": [{"mediaType": "x/y", "digest": layer, "size": 3}] * 2}
@@ -513,9 +513,9 @@ def test_a_manifest_the_registry_refuses(plain, config):
 @pytest.mark.docker
 def test_blob_fetch_checks_and_missing_blob(plain, config):
     repo = Repository.parse(f"{plain.host}/blobs")
-    d = registry._put_blob(repo, b"hello")
+    d = registry.put_blob(repo, b"hello")
     assert d == sha(b"hello") and registry._get_blob(repo, d) == b"hello"
-    assert registry._put_blob(repo, b"hello") == d  # already there
+    assert registry.put_blob(repo, b"hello") == d  # already there
     missing = sha(b"absent")
     with pytest.raises(JobFailed) as e:
         registry._get_blob(repo, missing)
@@ -548,7 +548,7 @@ def test_unreachable_and_not_a_registry(not_a_registry, config):
 @pytest.mark.docker
 def test_other_statuses_are_errors(plain, config):
     repo = Repository.parse(f"{plain.host}/status")
-    cfg = registry._put_blob(repo, b'{"os":"linux"}')
+    cfg = registry.put_blob(repo, b'{"os":"linux"}')
     v2 = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
           "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
                      "digest": cfg, "size": 15}, "layers": []}
@@ -1083,25 +1083,25 @@ def test_blob_uploads_as_the_registry_answers(canned, config):
     d = sha(b"data")
     routes["POST /v2/p/blobs/uploads/"] = (500, {}, b"storage full")
     with pytest.raises(JobFailed) as e:
-        registry._put_blob(repo, b"data")
+        registry.put_blob(repo, b"data")
     assert e.value.message == f"registry {host} answered 500 to a blob upload"
     assert e.value.facts == ["storage full"]
     routes["POST /v2/p/blobs/uploads/"] = (403, {}, b"")
     with pytest.raises(EnvError) as e:
-        registry._put_blob(repo, b"data")
+        registry.put_blob(repo, b"data")
     assert e.value.message == (f"registry {host} refused a blob upload in p: the account may "
                                "pull but not push")
     # a Location without a query: the digest is its query
     routes["POST /v2/p/blobs/uploads/"] = (202, {"Location": f"http://{host}/up/1"}, b"")
     routes[f"PUT /up/1?digest={d}"] = (201, {}, b"")
     routes.seen.clear()
-    assert registry._put_blob(repo, b"data") == d
+    assert registry.put_blob(repo, b"data") == d
     assert [(m, p) for m, p, a in routes.seen] == [
         ("HEAD", f"/v2/p/blobs/{d}"), ("POST", "/v2/p/blobs/uploads/"),
         ("PUT", f"/up/1?digest={d}")]
     routes[f"PUT /up/1?digest={d}"] = (400, {}, b"DIGEST_INVALID")
     with pytest.raises(JobFailed) as e:
-        registry._put_blob(repo, b"data")
+        registry.put_blob(repo, b"data")
     assert e.value.message == f"registry {host} answered 400 to a blob upload"
     assert e.value.facts == ["DIGEST_INVALID"]
 

@@ -118,6 +118,10 @@ def parser() -> argparse.ArgumentParser:
                    help="do not reuse layers from this target's images in the --registry "
                         "(by default their inline cache is read: a fresh machine rebuilds "
                         "only what changed)")
+    s.add_argument("--no-splice", action="store_true",
+                   help="with --push --no-smoke, build the image whole here instead of "
+                        "building the layers above the heavy ones alone and pushing them "
+                        "beside the previous image's heavy layers, which stay in the registry")
     s.add_argument("--compression", choices=("gzip", "zstd"),
                    help="layer compression of the push (default: the --registry's rule in "
                         "images/registries.yaml, else gzip). zstd is smaller and faster to "

@@ -63,13 +63,15 @@ class BuildResult:
 
 def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                  progress: Progress = SILENT, log_path: Path | None = None,
-                 no_cache: bool = False, cache_from: tuple[str, ...] = ()) -> BuildResult:
-    """Run `docker build`; show the current step; on failure raise with that step's log tail.
+                 no_cache: bool = False, cache_from: tuple[str, ...] = (),
+                 tag: str | None = None) -> BuildResult:
+    """Run `docker build`, tagging `tag` (default: the content tag); show the current step; on
+    failure raise with that step's log tail.
 
     cache_from: images (in a registry) whose inline cache BuildKit may reuse layers from
     when its own cache lacks them; one that does not exist is skipped, not an error."""
     iid = context / "image-id"
-    args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", plan.ref(),
+    args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", tag or plan.ref(),
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}", *INLINE_CACHE,
             *proxy_args(dict(os.environ)),
             "--label", f"io.imgbuild.content-key={plan.content_key}",
@@ -98,7 +100,8 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     except OSError as e:
         raise EnvError(f"cannot run {d.path}: {e}") from None
     tail: deque[str] = deque(maxlen=40)
-    with progress.status(f"building {plan.ref()}") as status:
+    tag = tag or plan.ref()
+    with progress.status(f"building {tag}") as status:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
@@ -157,13 +160,13 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
         if failed is None and _DAEMON_GONE.search("\n".join(list(tail)[-5:])):
             # No step failed: the Engine stopped answering (restarted, killed, out of memory).
             raise EnvError("the Docker daemon went away during the build",
-                           facts=[f"image {plan.ref()} was not tagged",
+                           facts=[f"image {tag} was not tagged",
                                   *[ln for ln in list(tail)[-3:] if ln.strip()]],
                            hint="check that dockerd runs (`docker info`; make services starts "
                                 "it), then run the command again: the steps that finished are "
                                 "in BuildKit's cache")
         raise JobFailed(f"docker build failed at {title} (exit code {rc})",
-                        facts=[f"image {plan.ref()} was not tagged"],
+                        facts=[f"image {tag} was not tagged"],
                         hint="the log tail above shows the failing step"
                              + (f"; full log in {log_path}" if log_path else ""),
                         log_tail=step_tail)

@@ -290,7 +290,7 @@ def report_tag(digest: str) -> str:
     return digest.replace(":", "-") + ".smoke"
 
 
-def _put_blob(repo: Repository, data: bytes) -> str:
+def put_blob(repo: Repository, data: bytes) -> str:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     scope = repo.scope("pull", "push")
     blobs = f"{repo.path}/blobs"
@@ -348,9 +348,9 @@ def push_artifact(repo: Repository, tag: str, artifact_type: str, config: dict,
     body = json.dumps(config, indent=2, sort_keys=True).encode()
     manifest = {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-        "config": {"mediaType": artifact_type, "digest": _put_blob(repo, body),
+        "config": {"mediaType": artifact_type, "digest": put_blob(repo, body),
                    "size": len(body)},
-        "layers": [{"mediaType": layer_type, "digest": _put_blob(repo, layer),
+        "layers": [{"mediaType": layer_type, "digest": put_blob(repo, layer),
                     "size": len(layer)}],
     }
     if subject:

@@ -176,71 +176,104 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
     hint_refs: tags of `repo` whose images may share layers with this one (the target's moving
     tags): the layers they hold in `comp` are not read, compressed or sent again."""
     tag = ref.rpartition(":")[2]
+    image_id = client.images.get(ref).id
+    scope = repo.scope("pull", "push")
+    blobs = f"{repo.path}/blobs"
+    config_here = repo.api.request("HEAD", f"{blobs}/{image_id}",
+                                   scope=scope).status_code == 200
+    with progress.transfer("push", ref) as moving:
+        got = send_layers(client, ref, repo, comp=comp, hint_refs=[tag, *hint_refs],
+                          platform=platform, feed=moving.feed, config_wanted=not config_here)
+        if got.config is not None:
+            _upload(repo, blobs, scope, iter([got.config]), image_id)
+        config_size = len(got.config) if got.config is not None else _blob_size(repo, image_id)
+        manifest = image_manifest(image_id, config_size, got.descriptors)
+        digest = put_manifest(repo, tag, manifest)
+    return Pushed(digest, manifest, comp.name, got.sent_bytes, got.sent_layers,
+                  got.reused_layers, got.cached_layers)
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A local image's layers, each in the registry now (sent, or held already)."""
+
+    image_id: str
+    diff_ids: tuple[str, ...]
+    descriptors: tuple[dict, ...]  # the manifest's layer entries, in diff_ids' order
+    config: bytes | None  # the image config as the Engine keeps it (when asked for)
+    sent_bytes: int
+    sent_layers: int
+    reused_layers: int
+    cached_layers: int
+
+
+def image_manifest(config_digest: str, config_size: int, layers: Iterable[dict]) -> bytes:
+    return json.dumps({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
+        "layers": list(layers)}, separators=(",", ":")).encode()
+
+
+def descriptor(h: Held) -> dict:
+    return {"mediaType": h.media_type, "digest": h.digest, "size": h.size,
+            **({"annotations": {TAR_SIZE: str(h.tar_size)}} if h.tar_size is not None else {})}
+
+
+def send_layers(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str],
+                platform: str, feed: Callable[[dict], None],
+                config_wanted: bool = False) -> Layers:
+    """Get every layer of local image `ref` into `repo` in `comp`: those the registry holds
+    (found by diff id from the manifests of `hint_refs`, or from this machine's earlier
+    pushes) cost a HEAD; the rest come from this machine's blob cache or `docker save`,
+    compressed as they are read. The config is read too when `config_wanted`."""
     img = client.images.get(ref)
     image_id = img.id
     diff_ids: list[str] = list(img.attrs["RootFS"]["Layers"])
     scope = repo.scope("pull", "push")
     blobs = f"{repo.path}/blobs"
-    known = pushed_before(repo.host or "", comp) | held_layers(repo, [tag, *hint_refs],
-                                                                platform, comp)
+    known = pushed_before(repo.host or "", comp) | held_layers(repo, hint_refs, platform, comp)
     have: dict[str, Held] = {}
     for d in dict.fromkeys(diff_ids):
         h = known.get(d)
         if h and repo.api.request("HEAD", f"{blobs}/{h.digest}", scope=scope).status_code == 200:
             have[d] = h
-    config_here = repo.api.request("HEAD", f"{blobs}/{image_id}",
-                                   scope=scope).status_code == 200
     sent: dict[str, Held] = {}
     config: bytes | None = None
     from_cache = 0
-    with progress.transfer("push", ref) as moving:
-        for d in dict.fromkeys(diff_ids):
-            if d in have:
-                moving.feed({"id": d[7:19], "status": "Layer already exists"})
-        needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
-        # What this machine compressed before (image/blobcache.py): sent from there, with no
-        # export from the Engine and no compression; the rest go through `docker save`.
-        for d in list(needed):
-            if (c := blobcache.layer(comp.recipe, d)) is not None:
-                sent[d] = _send_cached(c, repo, blobs, scope, comp, moving.feed, d[7:19])
-                needed.remove(d)
-                from_cache += 1
-        if not config_here:
-            config = blobcache.config(image_id)
-        for attempt in range(2):  # a second pass only after a size collision (see _read_save)
-            if not needed and (config_here or config is not None):
-                break
-            try:
-                got, missed = _read_save(client, image_id, repo, needed, have | sent, sent,
-                                         comp, moving.feed, trust_sizes=attempt == 0)
-            except (docker.errors.DockerException, tarfile.TarError, OSError) as e:
-                raise _save_failed(ref, img, e) from None
-            needed = [d for d in needed if d in missed]
-            if got is not None:
-                config = got
-                blobcache.keep_config(image_id, got)
-        if needed:
-            raise JobFailed(f"push of {ref}: layers of the image were not found in `docker save`",
-                            facts=[f"missing: {', '.join(d[:19] for d in needed)}"])
-        if config is not None:
-            _upload(repo, blobs, scope, iter([config]), image_id)
-        elif not config_here:
-            raise JobFailed(f"push of {ref}: the image config was not found in `docker save`")
-        layers = []
-        for d in diff_ids:
-            h = have.get(d) or sent[d]
-            layers.append({"mediaType": h.media_type, "digest": h.digest, "size": h.size,
-                           **({"annotations": {TAR_SIZE: str(h.tar_size)}}
-                              if h.tar_size is not None else {})})
-        config_size = len(config) if config is not None else _blob_size(repo, image_id)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": OCI_CONFIG, "digest": image_id, "size": config_size},
-            "layers": layers}, separators=(",", ":")).encode()
-        digest = put_manifest(repo, tag, manifest)
+    for d in dict.fromkeys(diff_ids):
+        if d in have:
+            feed({"id": d[7:19], "status": "Layer already exists"})
+    needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
+    # What this machine compressed before (image/blobcache.py): sent from there, with no
+    # export from the Engine and no compression; the rest go through `docker save`.
+    for d in list(needed):
+        if (c := blobcache.layer(comp.recipe, d)) is not None:
+            sent[d] = _send_cached(c, repo, blobs, scope, comp, feed, d[7:19])
+            needed.remove(d)
+            from_cache += 1
+    if config_wanted:
+        config = blobcache.config(image_id)
+    for attempt in range(2):  # a second pass only after a size collision (see _read_save)
+        if not needed and (not config_wanted or config is not None):
+            break
+        try:
+            got, missed = _read_save(client, image_id, repo, needed, have | sent, sent,
+                                     comp, feed, trust_sizes=attempt == 0)
+        except (docker.errors.DockerException, tarfile.TarError, OSError) as e:
+            raise _save_failed(ref, img, e) from None
+        needed = [d for d in needed if d in missed]
+        if got is not None:
+            config = got
+            blobcache.keep_config(image_id, got)
+    if needed:
+        raise JobFailed(f"push of {ref}: layers of the image were not found in `docker save`",
+                        facts=[f"missing: {', '.join(d[:19] for d in needed)}"])
+    if config_wanted and config is None:
+        raise JobFailed(f"push of {ref}: the image config was not found in `docker save`")
     remember_pushed(repo.host or "", comp, sent)
-    return Pushed(digest, manifest, comp.name, sum(h.size for h in sent.values()), len(sent),
-                  len(have), from_cache)
+    return Layers(image_id, tuple(diff_ids),
+                  tuple(descriptor(have.get(d) or sent[d]) for d in diff_ids), config,
+                  sum(h.size for h in sent.values()), len(sent), len(have), from_cache)
 
 
 def _save_failed(ref: str, img, e: Exception) -> EnvError:

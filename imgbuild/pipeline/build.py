@@ -49,6 +49,7 @@ class BuildOptions:
     log_dir: Path | None = None
     resmoke: bool = False  # run the smoke test even if this image passed it before
     compression: str | None = None  # --compression; None: images/registries.yaml's rule
+    splice: bool = True  # pushed, not run here: the heavy layers may stay in the registry
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,12 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         raise err
     client = daemon.client()
     registry.check_reachable(repo)
+    compression = opts.compression or ws.registries.rule_for(repo.name).compression
+    # Spliced (image/splice.py) only where the image need not be here: pushed, and no smoke test
+    # to run on this machine.
+    runs_here = opts.smoke and bool(plan.smoke_model)
+    splice_from = cache_refs(plan, repo, opts) if opts.push and opts.splice and not runs_here \
+        else ()
     # The lock covers making the image and its smoke test: a second imgbuild for this content
     # key waits, then finds the image and the report, and builds and tests nothing. The push
     # is outside it: it only reads the finished image, so two pushes of one image (to two
@@ -214,7 +221,9 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                                                      client, repo, log_dir=opts.log_dir,
                                                      progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
-                       cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)), progress=progress)
+                       cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)),
+                       splice_from=splice_from, compression=compression_named(compression),
+                       progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      resmoke=opts.resmoke, progress=progress)
     if opts.push and plan.smoke_model:
@@ -222,9 +231,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
                             log_dir=opts.log_dir, progress=progress)
     published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
-                        compression=opts.compression or
-                        ws.registries.rule_for(repo.name).compression,
-                        commit=attest.git_commit(ws.images), progress=progress)
+                        compression=compression, commit=attest.git_commit(ws.images),
+                        built=built, progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
 
@@ -326,23 +334,34 @@ def decide(report: smoke.SmokeReport | None, *, has_smoke_model: bool, force: bo
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
             lock: Lockfile | None = None, commit: str | None = None, compression: str = "gzip",
-            progress: Progress = SILENT) -> Published:
+            built: Built | None = None, progress: Progress = SILENT) -> Published:
     """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
     and provenance when `lock` is given), then move the moving tags: a moving tag never points
     at something the registry does not fully hold, nor at an image without a passing report.
 
     The layers go in `compression` (image/wire.py); those the registry holds for the target's
     previous image (its moving tags) are not sent again. A moving tag is the content tag's own
-    manifest under another name: the same digest, nothing uploaded."""
-    img = client.images.get(plan.ref())
+    manifest under another name: the same digest, nothing uploaded. A spliced image is in the
+    registry already, but for its manifest (and is not in the Engine)."""
+    spliced = built.spliced if built is not None else None
+    img = client.images.get(plan.ref()) if spliced is None else None
     pushed: list[str] = []
     report_ref = None
     sent = None
     build_cache = None
+    if spliced is not None and not push:
+        raise JobFailed(f"{plan.ref()} was spliced in the registry and must be pushed")
     if push:
-        sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
-                         hint_refs=plan.tags, platform=plan.platform, progress=progress)
-        digest = sent.digest
+        if spliced is not None:
+            manifest = spliced.manifest
+            digest = wire.put_manifest(repo, plan.content_tag, manifest)
+            got = spliced.pushed
+            sent = wire.Pushed(digest, manifest, compression, got.sent_bytes, got.sent_layers,
+                               got.reused_layers + spliced.heavy_layers, got.cached_layers)
+        else:
+            sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
+                             hint_refs=plan.tags, platform=plan.platform, progress=progress)
+            digest = sent.digest
         pushed.append(f"{plan.ref()}@{digest}")
         progress.note(f"pushed {plan.ref()}@{digest[:19]}… ({compression}): "
                       f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}"
@@ -354,7 +373,9 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                 repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
                                                          "forced": gated.forced})
         if lock is not None:
-            docs = {"sbom": attest.sbom(plan, lock, digest, attest.os_packages(plan.ref())),
+            debs = list(built.os_packages) if built is not None and spliced is not None \
+                else attest.os_packages(plan.ref())
+            docs = {"sbom": attest.sbom(plan, lock, digest, debs),
                     "provenance": attest.provenance(plan, digest, commit)}
             attest.push(repo, digest, docs)
             progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
@@ -362,8 +383,9 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     moved: list[str] = []
     if gated.open:
         for t in plan.tags:
-            img.tag(plan.repository, t)
-            moved.append(plan.ref(t))
+            if img is not None:
+                img.tag(plan.repository, t)
+                moved.append(plan.ref(t))
             if push:
                 pushed.append(f"{plan.ref(t)}@"
                               f"{registry.tag_manifest(repo, plan.content_tag, t)}")

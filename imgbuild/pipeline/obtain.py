@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import JobFailed
+from ..image import attest, daemon, registry, splice, wire
 from ..image import base as base_image
-from ..image import daemon, registry
 from ..image.buildkit import BuildResult, docker_build
+from ..image.compression import Compression
 from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
 from ..lock.wheels import mirror_index
@@ -24,19 +25,28 @@ from ..workspace import Workspace
 class Built:
     """The image for the plan's content tag, and how it was had."""
 
-    action: str  # built | local | pulled
+    action: str  # built | local | pulled | spliced
     image_id: str
     size_bytes: int
     build: BuildResult | None = None
     registry_digest: str | None = None  # when pulled: the digest the registry holds
+    # spliced: made in the registry (image/splice.py), not in the Engine; its manifest is put
+    # under the content tag by publish, and what the SBOM lists of the OS comes with it.
+    spliced: splice.Spliced | None = None
+    os_packages: tuple[dict[str, str], ...] = ()
 
 
 def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository, *,
            smoke_dir: Callable[[], Path | None] = lambda: None, rebuild: bool = False,
            no_cache: bool = False, log_dir: Path | None = None,
-           cache_from: tuple[str, ...] = (), progress: Progress = SILENT) -> Built:
+           cache_from: tuple[str, ...] = (), splice_from: tuple[str, ...] = (),
+           compression: Compression | None = None, progress: Progress = SILENT) -> Built:
     """The image for the content tag: already here, in the registry (pulled), or built
-    (reusing the layers of the images `cache_from` names, by their inline cache)."""
+    (reusing the layers of the images `cache_from` names, by their inline cache).
+
+    splice_from: tags of the registry whose heavy layers the image may take as they are, its
+    other layers built without them and pushed in `compression` (image/splice.py); for a build
+    that is pushed and not run here. Where none fits, the image is built as usual."""
     if not rebuild:
         if (img := daemon.local_image(client, plan.ref())) is not None:
             progress.note(f"{plan.ref()} is already here: nothing to build")
@@ -48,19 +58,66 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
     # Asked only of a target that carries a smoke model: the checkpoint may be made for it.
-    result = build_image(ws, plan, lock, client, repo,
-                         smoke_dir=smoke_dir() if plan.smoke_model else None, no_cache=no_cache,
+    smoke = smoke_dir() if plan.smoke_model else None
+    if splice_from and compression is not None and not no_cache:
+        got = splice_image(ws, plan, lock, client, repo, refs=splice_from, comp=compression,
+                           smoke_dir=smoke, log_dir=log_dir, cache_from=cache_from,
+                           progress=progress)
+        if got is not None:
+            return got
+    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke, no_cache=no_cache,
                          log_dir=log_dir, cache_from=cache_from, progress=progress)
     img = client.images.get(plan.ref())
     return Built("built", img.id, img.attrs.get("Size", 0), result)
 
 
+def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
+                 *, refs: tuple[str, ...], comp: Compression, smoke_dir: Path | None,
+                 log_dir: Path | None, cache_from: tuple[str, ...],
+                 progress: Progress = SILENT) -> Built | None:
+    """The image made in the registry from a donor's heavy layers and the top built here
+    (image/splice.py); None, having said why, where that cannot be done."""
+    heavy = set(plan.heavy_packages)
+    patches = ws.patches
+    no = splice.refused(plan, lambda p: p in patches and patches[p].package in heavy)
+    donor, why = (None, [no]) if no else splice.find_donor(repo, plan, lock, refs, comp)
+    if donor is None:
+        progress.note("not spliced, the image is built whole: "
+                      + ("; ".join(why) or "no earlier image of the target in the registry"))
+        return None
+    progress.note(f"the heavy layers are {repo.name}:{donor.ref}'s: building the layers "
+                  "above them alone")
+    top = f"{plan.ref()}-top"
+    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
+                         cache_from=cache_from, progress=progress, with_heavy=False, tag=top)
+    try:
+        img = client.images.get(top)
+        created_by = [h.get("CreatedBy", "") for h in reversed(client.api.history(top))]
+        no = splice.check_top(donor, created_by, list(img.attrs["RootFS"]["Layers"]))
+        if no is not None:
+            progress.note(f"not spliced after all, the image is built whole: {no}")
+            return None
+        with progress.transfer("push", plan.ref()) as moving:
+            layers = wire.send_layers(client, top, repo, comp=comp,
+                                      hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
+                                      platform=plan.platform, feed=moving.feed,
+                                      config_wanted=True)
+        made = splice.assemble(repo, donor, layers, int(img.attrs.get("Size") or 0))
+        debs = tuple(attest.os_packages(top))
+    finally:
+        client.images.remove(top, noprune=True)
+    progress.note(f"spliced {plan.ref()}: {made.heavy_layers} heavy layers from {made.donor}")
+    return Built("spliced", made.config_digest, made.size_bytes, result, spliced=made,
+                 os_packages=debs)
+
+
 def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
                 *, smoke_dir: Path | None = None, no_cache: bool = False,
                 log_dir: Path | None = None, cache_from: tuple[str, ...] = (),
-                progress: Progress = SILENT) -> BuildResult:
+                progress: Progress = SILENT, with_heavy: bool = True,
+                tag: str | None = None) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
-    content tag on success only."""
+    content tag (or `tag`) on success only. with_heavy=False: the top of a splice."""
     if plan.cpu_arch != base_image.host_cpu():
         base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
     os_base = ws.catalog.base(plan.base, plan.cpu_arch)
@@ -75,14 +132,14 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
         built = prepare_build(plan, lock, Path(td), wheels=ws.wheels, smoke_model_dir=smoke_dir,
                               patches=ws.patches, index_urls=index_urls,
-                              host=Secrets.from_host())
+                              host=Secrets.from_host(), with_heavy=with_heavy)
         carried = built.carried
         flags = index_flags(plan, bool(carried), mirror)
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache,
-                                cache_from=cache_from)
+                                cache_from=cache_from, tag=tag)
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise
