@@ -196,8 +196,11 @@ def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(tmp_path, bumps
             logs = tmp_path / f"logs-{extra}"
             # No smoke test: it is not what is measured here, and on an empty Engine it costs
             # a minute of this suite's two cores. The moving tags are moved below instead.
+            # Built whole (--no-splice): the path a build takes when the image must be here
+            # (its smoke test runs on this machine); the splice is tests/test_splice.py's.
             bump = _ok(run_imgbuild("tiny-cpu", "--registry", repo, "--json", "--log-dir",
-                                    str(logs), "--push", "--no-smoke", env=env, cwd=proj))
+                                    str(logs), "--push", "--no-smoke", "--no-splice", env=env,
+                                    cwd=proj))
             assert bump["moved"] == []
             new = client.images.get(bump["content_tag"]).attrs["RootFS"]["Layers"]
             check_bump(previous, bump, new, h, next(logs.glob("*.build.log")).read_text(),

@@ -252,8 +252,9 @@ def test_workflow_structure():
     assert b["if"] == "needs.matrix.outputs.count != '0'"  # GitHub rejects an empty matrix
     runs = [s.get("run", "") for s in b["steps"]]
     order = [next(i for i, r in enumerate(runs) if needle in r)
-             for needle in ("imgbuild lock --check", "--no-smoke", "--gpu require", "--push")]
-    assert order == sorted(order), "lock check, build, smoke, push: in that order"
+             for needle in ("imgbuild lock --check", "--no-smoke --push", "--gpu require",
+                            "--push --json")]
+    assert order == sorted(order), "lock check, build and push, smoke, tags: in that order"
     gpu = next(s for s in b["steps"] if "--gpu require" in s.get("run", ""))
     assert gpu["if"] == "matrix.gpu"
     login = next(s for s in b["steps"] if s.get("uses", "").startswith("docker/login-action@"))

@@ -288,7 +288,8 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     for ref in (content, f"{registry}:tiny-cpu", f"{registry}:tiny-cpu-transformers5.17.0"):
         docker_client.images.remove(ref, force=True)
     r, b = run_once("second")
-    said = " ".join(b["steps"]["Build (or pull by content tag); no tag moves yet"].split())
+    said = " ".join(b["steps"]["Build (or pull by content tag) and push the content tag; "
+                                  "no tag moves yet"].split())
     assert "found in the registry: pulled instead of building" in said
     again = json.loads((r.artifacts / "logs-tiny-cpu" / "build.json").read_text())
     assert again["content_tag"] == content and again["action"] == "local"

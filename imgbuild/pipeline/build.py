@@ -164,7 +164,9 @@ def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry
     failed = [f"{o.plan.platform}: {o.gate.held}" for o in outcomes if not o.gate.open]
     missing = [p for p in index.platforms if p not in {o.plan.platform for o in outcomes}]
     moved: list[str] = []
-    mine = next((o for o in outcomes if o.plan.platform == host and o.gate.open), None)
+    # A spliced image is in the registry only: nothing here to tag.
+    mine = next((o for o in outcomes if o.plan.platform == host and o.gate.open
+                 and o.built.spliced is None), None)
     if mine is not None:
         # The Engine holds one image per tag: here it is the one this machine runs.
         img = client.images.get(mine.plan.ref())
@@ -205,11 +207,6 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
     client = daemon.client()
     registry.check_reachable(repo)
     compression = opts.compression or ws.registries.rule_for(repo.name).compression
-    # Spliced (image/splice.py) only where the image need not be here: pushed, and no smoke test
-    # to run on this machine.
-    runs_here = opts.smoke and bool(plan.smoke_model)
-    splice_from = cache_refs(plan, repo, opts) if opts.push and opts.splice and not runs_here \
-        else ()
     # The lock covers making the image and its smoke test: a second imgbuild for this content
     # key waits, then finds the image and the report, and builds and tests nothing. The push
     # is outside it: it only reads the finished image, so two pushes of one image (to two
@@ -222,7 +219,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                                                      progress=progress),
                        no_cache=opts.no_cache, log_dir=opts.log_dir,
                        cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)),
-                       splice_from=splice_from, compression=compression_named(compression),
+                       splice_from=splice_refs(plan, repo, opts),
+                       compression=compression_named(compression),
                        progress=progress)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      resmoke=opts.resmoke, progress=progress)
@@ -246,6 +244,16 @@ def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tup
     if repo.host is None or opts.no_cache or not opts.cache_from:
         return ()
     return (*plan.refs, plan.ref(plan.cache_tag))
+
+
+def splice_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tuple[str, ...]:
+    """The images in the registry whose heavy layers this build may take as they are
+    (image/splice.py): those it reads the cache of, where the image need not be on this
+    machine at all: pushed, and no smoke test to run here."""
+    runs_here = opts.smoke and bool(plan.smoke_model)
+    if not opts.push or not opts.splice or runs_here:
+        return ()
+    return cache_refs(plan, repo, opts)
 
 
 def readable_cache(client, repo: registry.Repository, refs: tuple[str, ...]) -> tuple[str, ...]:
