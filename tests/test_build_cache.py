@@ -139,6 +139,22 @@ def test_an_unreadable_or_missing_inline_cache_carries_nothing():
     assert inlinecache.heavy_layers(split) == (1, 2)
 
 
+def runner_setup(tmp_path: Path, name: str) -> tuple[str, Path]:
+    """A repository of the test's own in the local registry, holding the bootstrapped base (the
+    workflow's base job pushes it first), and a project that extends tiny-cpu, locked; skipped
+    where there is no registry or no fresh Engine."""
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    if why := fresh_engine.missing():
+        pytest.skip(f"skipped: {why}")
+    repo = f"{REGISTRY_HOST}/imgbuild-test-{name}-{uuid.uuid4().hex[:8]}"
+    _ok(run_imgbuild("base", "bootstrap", "--base", "debian-bookworm", "--registry", repo,
+                     "--json"))
+    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml": "extends: tiny-cpu\n"})
+    assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
+    return repo, proj
+
+
 @pytest.mark.docker
 # A group of its own: its builds run on its own Engine, so it need not queue behind the
 # shared Engine's group on one worker (tests/docker_guard.py).
@@ -150,17 +166,8 @@ def test_an_unreadable_or_missing_inline_cache_carries_nothing():
 # above (the recorded configs, cache_refs).
 @pytest.mark.parametrize("bumps", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_fresh_builder_takes_the_heavy_layer_from_the_registry(tmp_path, bumps):
-    if not registry_available():
-        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
-    if why := fresh_engine.missing():
-        pytest.skip(f"skipped: {why}")
-    repo = f"{REGISTRY_HOST}/imgbuild-test-cache-{uuid.uuid4().hex[:8]}"
+    repo, proj = runner_setup(tmp_path, "cache")
     cache_tag = f"{repo}:tiny-cpu-buildcache"
-    # The workflow's base job: the bootstrapped base goes to the repository first.
-    _ok(run_imgbuild("base", "bootstrap", "--base", "debian-bookworm", "--registry", repo,
-                     "--json"))
-    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml": "extends: tiny-cpu\n"})
-    assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
 
     with fresh_engine.fresh_engine() as engine:
         # No blob cache either: a runner has none, and every byte sent is counted below.

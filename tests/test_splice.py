@@ -15,7 +15,6 @@ import io
 import json
 import subprocess
 import tarfile
-import uuid
 from pathlib import Path
 
 import docker.errors
@@ -27,9 +26,9 @@ from imgbuild.image.compression import GZIP, ZSTD
 from imgbuild.plan.decide import make_plan
 
 from . import fresh_engine
-from .conftest import REGISTRY_HOST, checkout_workspace, registry_available, run_imgbuild
-from .test_build_cache import registry_config, registry_manifest
-from .test_project import cli, project
+from .conftest import checkout_workspace, run_imgbuild
+from .test_build_cache import registry_config, registry_manifest, runner_setup
+from .test_project import cli
 
 RECORDED = Path(__file__).parent / "fixtures" / "inline-cache"
 
@@ -185,15 +184,7 @@ def files(client, ref: str) -> dict[str, tuple]:
 @pytest.mark.docker
 @pytest.mark.xdist_group("fresh-engine-splice")
 def test_an_engine_bump_is_spliced_in_the_registry_and_is_the_image_built_whole(tmp_path):
-    if not registry_available():
-        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
-    if why := fresh_engine.missing():
-        pytest.skip(f"skipped: {why}")
-    repo = f"{REGISTRY_HOST}/imgbuild-test-splice-{uuid.uuid4().hex[:8]}"
-    _ok(run_imgbuild("base", "bootstrap", "--base", "debian-bookworm", "--registry", repo,
-                     "--json"))
-    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml": "extends: tiny-cpu\n"})
-    assert cli("lock", "tiny-cpu", cwd=proj).returncode == 0
+    repo, proj = runner_setup(tmp_path, "splice")
 
     with fresh_engine.fresh_engine() as engine:
         env = {"DOCKER_HOST": engine.host, "IMGBUILD_BLOB_CACHE_GB": "0"}
@@ -304,3 +295,21 @@ def test_an_engine_bump_is_spliced_in_the_registry_and_is_the_image_built_whole(
         fa, fb = files(client, a.id), files(client, b.id)
         assert len(fa) > 1000 and "opt/venv/lib/python3.11/site-packages/six.py" in fa
         assert {k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k)} == set()
+
+
+@pytest.mark.parametrize("comp", [GZIP, ZSTD], ids=["gzip", "zstd"])
+def test_a_heavy_part_is_read_from_its_layer_in_either_compression(comp):
+    """The donor's `COPY lock/heavy.txt` layer as the registry holds it, compressed as imgbuild
+    compresses (image/compression.py), read back to the file."""
+    text = b"torch==2.13.0 --hash=sha256:" + b"ab" * 32 + b"\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("opt/imgbuild/heavy.txt")
+        info.size = len(text)
+        tf.addfile(info, io.BytesIO(text))
+    layer = buf.getvalue()
+    blob = b"".join(comp.compressor(len(layer))(iter([layer])))
+    assert blob != layer
+    got = splice._decompress(comp.media_type, blob)
+    with tarfile.open(fileobj=io.BytesIO(got)) as tf:
+        assert tf.extractfile("opt/imgbuild/heavy.txt").read() == text
