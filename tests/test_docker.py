@@ -129,6 +129,31 @@ def test_base_bootstrap_reuses_the_local_base(base_image, registry_repo):
     assert doc["built"] is False and doc["image_id"] == base_image["image_id"]
 
 
+def test_a_bootstrap_waits_for_another_of_the_same_base_then_reuses_it(base_image):
+    """`docker import` stamps the moment into the image, so two bootstraps side by side would
+    make two image ids for one rootfs and move the base's tag under a running build (seen in
+    the suite: two tests bootstrapping while a third built FROM the base). One at a time: the
+    second waits for the lock, then finds the base and reuses it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from imgbuild.image import buildlock
+
+    with buildlock.exclusive("base-debian-bookworm-x86_64"):
+        p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "base", "bootstrap",
+                              "--json", "--progress", "plain"], cwd=ROOT, env=dict(os.environ),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(5)  # the CLI starts in under a second; it must still be waiting for us
+        assert p.poll() is None
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-2000:]
+    assert "waiting for it" in err
+    doc = json.loads(out)
+    assert doc["built"] is False and doc["image_id"] == base_image["image_id"]
+
+
 def test_failing_step_shows_its_log_tail_and_tags_nothing(base_image, images_copy, registry_repo,
                                                           docker_client):
     bases = (images_copy / "bases.yaml").read_text().replace(

@@ -23,7 +23,7 @@ from ..errors import EnvError, InputError, JobFailed
 from ..fsutil import atomic_write_text
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
-from . import daemon
+from . import buildlock, daemon
 from .registry import Repository, check_reachable, manifest_digest
 from .wire import push_ref
 
@@ -84,33 +84,38 @@ def bootstrap(client, base: Base, *, registry: Repository | None = None, rebuild
         check_reachable(registry)
     start = time.monotonic()
     built = False
-    img = None if rebuild else daemon.local_image(client, base.image)
-    if img is not None and record is None:
-        _check_rootfs(img, base, "on this machine")
-    if img is None and registry and not rebuild:
-        img = _pull_from(client, base, registry, progress)
-        if img is not None:
-            _check_rootfs(img, base, f"in {registry.name}")
-    if img is None:
-        img, rootfs = _debootstrap_import(client, base, progress)
-        built = True
-        want = base.bootstrap.get("rootfs")
-        if record is not None and rootfs != want:
-            record_rootfs(record, base.key, rootfs, base.cpu_arch)
-            progress.note(f"recorded {base.key}'s rootfs {rootfs} in {record}")
-        elif want and rootfs != want:
-            client.images.remove(base.image)  # no tag may name a base the recipe does not
-            raise JobFailed(
-                f"the base made from {base.key}'s recipe is not the one images/bases.yaml "
-                "records",
-                facts=[f"made here: {rootfs}", f"recorded:  {want}",
-                       f"the recipe installs {base.bootstrap['suite']} from "
-                       f"{base.bootstrap.get('mirror', 'deb.debian.org')}, which moves with "
-                       "each Debian point release"],
-                hint="if the mirror moved, `imgbuild base bootstrap --record` writes the new "
-                     "digest into images/bases.yaml (commit it: every slim target gets a new "
-                     "content tag); or pull the recorded base from a registry that holds it "
-                     "(`--registry`)")
+    # One bootstrap of a base at a time on this machine: `docker import` stamps the image with
+    # the moment, so two made side by side are two image ids for one rootfs, and the second
+    # tag would move the base under a build that started FROM the first. The one that waited
+    # finds the base made and reuses it.
+    with buildlock.exclusive(f"base-{base.key}-{base.cpu_arch}", log=progress.note):
+        img = None if rebuild else daemon.local_image(client, base.image)
+        if img is not None and record is None:
+            _check_rootfs(img, base, "on this machine")
+        if img is None and registry and not rebuild:
+            img = _pull_from(client, base, registry, progress)
+            if img is not None:
+                _check_rootfs(img, base, f"in {registry.name}")
+        if img is None:
+            img, rootfs = _debootstrap_import(client, base, progress)
+            built = True
+            want = base.bootstrap.get("rootfs")
+            if record is not None and rootfs != want:
+                record_rootfs(record, base.key, rootfs, base.cpu_arch)
+                progress.note(f"recorded {base.key}'s rootfs {rootfs} in {record}")
+            elif want and rootfs != want:
+                client.images.remove(base.image)  # no tag may name a base the recipe does not
+                raise JobFailed(
+                    f"the base made from {base.key}'s recipe is not the one images/bases.yaml "
+                    "records",
+                    facts=[f"made here: {rootfs}", f"recorded:  {want}",
+                           f"the recipe installs {base.bootstrap['suite']} from "
+                           f"{base.bootstrap.get('mirror', 'deb.debian.org')}, which moves with "
+                           "each Debian point release"],
+                    hint="if the mirror moved, `imgbuild base bootstrap --record` writes the new "
+                         "digest into images/bases.yaml (commit it: every slim target gets a new "
+                         "content tag); or pull the recorded base from a registry that holds it "
+                         "(`--registry`)")
     pushed: tuple[str, ...] = ()
     if registry:
         ref = f"{registry.name}:{registry_tag(base)}"
