@@ -397,6 +397,25 @@ def image_config(repo: Repository, digest: str) -> tuple[dict, dict]:
     return manifest, json.loads(_get_blob(repo, manifest["config"]["digest"]))
 
 
+def platform_image(repo: Repository, reference: str,
+                   platform: str) -> tuple[str, dict, dict] | None:
+    """(manifest digest, manifest, config) of the image under `reference`, through an index to
+    its entry for `platform` ("linux/amd64"); None when the tag or that entry is missing."""
+    got = get_manifest(repo, reference)
+    if got is None:
+        return None
+    digest, doc = got
+    if "manifests" in doc:
+        os_, _, arch = platform.partition("/")
+        digest = next((m["digest"] for m in doc["manifests"]
+                       if (m.get("platform") or {}).get("architecture") == arch
+                       and (m.get("platform") or {}).get("os") == os_), None)
+        if digest is None:
+            return None
+    manifest, config = image_config(repo, digest)
+    return digest, manifest, config
+
+
 def push_report(repo: Repository, image_digest: str, report: dict) -> str:
     """Store a smoke report as an artifact that refers to image_digest; return its tag."""
     tag = report_tag(image_digest)

@@ -130,24 +130,6 @@ def _file_in_layer(repo, layer: dict, path: str) -> bytes | None:
         return f.read() if f is not None else None
 
 
-def _image(repo, ref: str, platform: str) -> tuple[str, dict, dict] | None:
-    """(manifest digest, manifest, config) of `ref`, through an index to `platform`'s entry."""
-    got = registry.get_manifest(repo, ref)
-    if got is None:
-        return None
-    digest, doc = got
-    if "manifests" in doc:
-        os_, _, arch = platform.partition("/")
-        entry = next((m for m in doc["manifests"]
-                      if (m.get("platform") or {}).get("architecture") == arch
-                      and (m.get("platform") or {}).get("os") == os_), None)
-        if entry is None:
-            return None
-        digest = entry["digest"]
-    manifest, config = registry.image_config(repo, digest)
-    return digest, manifest, config
-
-
 def find_donor(repo, plan: Plan, lock: Lockfile, refs: Iterable[str],
                comp: Compression) -> tuple[Donor | None, list[str]]:
     """The first of `refs` (tags of `repo`) whose heavy layers are this plan's, with the
@@ -156,7 +138,7 @@ def find_donor(repo, plan: Plan, lock: Lockfile, refs: Iterable[str],
     why: list[str] = []
     for ref in dict.fromkeys(refs):
         tag = ref.rpartition(":")[2]
-        got = _image(repo, tag, plan.platform)
+        got = registry.platform_image(repo, tag, plan.platform)
         if got is None:
             continue
         digest, manifest, config = got

@@ -70,20 +70,10 @@ def held_layers(repo, refs: Iterable[str], platform: str, comp: Compression) -> 
     `refs` (tags or digests in `repo`; those missing are skipped)."""
     out: dict[str, Held] = {}
     for ref in refs:
-        got = registry.get_manifest(repo, ref)
+        got = registry.platform_image(repo, ref, platform)
         if got is None:
             continue
-        _, doc = got
-        if doc.get("mediaType") in (OCI_INDEX, DOCKER_LIST) or "manifests" in doc:
-            os_, _, arch = platform.partition("/")
-            entry = next((m for m in doc.get("manifests", [])
-                          if (m.get("platform") or {}).get("architecture") == arch
-                          and (m.get("platform") or {}).get("os") == os_), None)
-            got = registry.get_manifest(repo, entry["digest"]) if entry else None
-            if got is None:
-                continue
-            _, doc = got
-        config = json.loads(registry.get_blob(repo, doc["config"]["digest"]))
+        _, doc, config = got
         diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
         for diff_id, layer in zip(diff_ids, doc.get("layers", [])):
             mt = SAME.get(layer.get("mediaType"), layer.get("mediaType"))

@@ -381,7 +381,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                 repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
                                                          "forced": gated.forced})
         if lock is not None:
-            debs = list(built.os_packages) if built is not None and spliced is not None \
+            debs = list(built.os_packages) if built is not None and built.spliced \
                 else attest.os_packages(plan.ref())
             docs = {"sbom": attest.sbom(plan, lock, digest, debs),
                     "provenance": attest.provenance(plan, digest, commit)}
