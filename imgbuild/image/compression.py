@@ -5,7 +5,9 @@ every core.
   core. Read by containerd >= 1.5 and Docker Engine >= 23 only.
 - gzip (`application/vnd.oci.image.layer.v1.tar+gzip`): the layer cut into 4 MiB blocks, each
   deflated on its own by zlib-ng (2.6x zlib's speed at level 6 here, output 2% larger; it
-  frees the GIL, so the blocks compress on every core) and written as
+  frees the GIL, so the blocks compress on every core) at level 5 (on 1.2 GB of SGLang's rest
+  layer, two cores: 277 MB/s against 223 MB/s at level 6, output 0.46% larger; level 4 is
+  faster again but 2.8% larger, which every pull pays) and written as
   one gzip member; a gzip stream of several members is still one gzip file, which every
   client's reader takes (Go's compress/gzip reads multistream by default, so do unpigz and
   containerd). Read by every client.
@@ -56,7 +58,7 @@ class Compression:
         return lambda chunks: _gzip(chunks, self.level)
 
 
-GZIP = Compression("gzip", "application/vnd.oci.image.layer.v1.tar+gzip", 6,
+GZIP = Compression("gzip", "application/vnd.oci.image.layer.v1.tar+gzip", 5,
                    "every client (Docker Engine, containerd, Podman, CRI-O)")
 ZSTD = Compression("zstd", "application/vnd.oci.image.layer.v1.tar+zstd", 3,
                    "containerd >= 1.5 and Docker Engine >= 23")
