@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..catalog.hardware import DEBIAN_ARCH
 from ..errors import EnvError, JobFailed
@@ -59,19 +62,26 @@ class BuildResult:
     # The --cache-from refs whose image BuildKit read (their inline cache, if they carry one);
     # those it could not (no such tag yet, unreachable) are left out: it built on without.
     cache_imported: tuple[str, ...] = ()
+    flags: str = ""  # IMGBUILD_INDEX_FLAGS: the value its RUN steps record in the history
 
 
 def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                  progress: Progress = SILENT, log_path: Path | None = None,
                  no_cache: bool = False, cache_from: tuple[str, ...] = (),
-                 tag: str | None = None) -> BuildResult:
+                 tag: str | None = None,
+                 tar_sink: Callable[[IO[bytes]], None] | None = None) -> BuildResult:
     """Run `docker build`, tagging `tag` (default: the content tag); show the current step; on
     failure raise with that step's log tail.
 
     cache_from: images (in a registry) whose inline cache BuildKit may reuse layers from
-    when its own cache lacks them; one that does not exist is skipped, not an error."""
+    when its own cache lacks them; one that does not exist is skipped, not an error.
+
+    tar_sink: no image; the built filesystem, as BuildKit's tar exporter streams it, is handed
+    to tar_sink as it comes (an exception there stops the build and is raised)."""
     iid = context / "image-id"
-    args = ["build", "--progress=plain", "--iidfile", str(iid), "-t", tag or plan.ref(),
+    output = ["-o", "type=tar,dest=-"] if tar_sink else ["--iidfile", str(iid), "-t",
+                                                         tag or plan.ref()]
+    args = ["build", "--progress=plain", *output,
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}", *INLINE_CACHE,
             *proxy_args(dict(os.environ)),
             "--label", f"io.imgbuild.content-key={plan.content_key}",
@@ -95,16 +105,34 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     total = 0
     log = open(log_path, "w") if log_path else None
     try:
+        # With a tar sink, stdout is the tar and BuildKit's progress comes on stderr.
         proc = subprocess.Popen([d.path, *args], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+                                stderr=subprocess.PIPE if tar_sink else subprocess.STDOUT,
+                                bufsize=(1 << 20) if tar_sink else -1)
     except OSError as e:
         raise EnvError(f"cannot run {d.path}: {e}") from None
     tail: deque[str] = deque(maxlen=40)
     tag = tag or plan.ref()
+    sink_error: list[BaseException] = []
     with progress.status(f"building {tag}") as status:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
+        lines = proc.stderr if tar_sink else proc.stdout
+        assert lines is not None
+        if tar_sink:
+            def drain() -> None:
+                try:
+                    tar_sink(proc.stdout)
+                    while proc.stdout.read(1 << 20):  # the tar's padding: BuildKit ends well
+                        pass
+                except BaseException as e:  # raised below, once the build is stopped
+                    sink_error.append(e)
+                    proc.kill()
+                finally:
+                    proc.stdout.close()
+            sinking = threading.Thread(target=drain, name="build-tar", daemon=True)
+            sinking.start()
+        for raw in lines:
+            line = raw.decode(errors="replace").rstrip("\n")
             tail.append(line)
             if log:
                 log.write(line + "\n")
@@ -136,6 +164,8 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                     if sid in titles:
                         progress.note(f"  done {titles[sid]}"
                                       f"{' (cached)' if sid in cached else ''}")
+    if tar_sink:
+        sinking.join()
     rc = proc.wait()
     if log:
         log.close()
@@ -152,6 +182,8 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
         # A cache that could not be read is not why a build failed: BuildKit went on without it.
         failed = next((sid for sid, lines in by_step.items() if sid not in importing
                        and any(" ERROR" in ln for ln in lines)), None)
+        if sink_error and failed is None:
+            raise sink_error[0]  # the sink stopped the build; a failed step stops the sink
         step_tail = list(by_step.get(failed, tail)) if failed else list(tail)
         title = titles.get(failed or "", "the build")
         unpullable = _unpullable_base(plan, step_tail)
@@ -170,11 +202,13 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                         hint="the log tail above shows the failing step"
                              + (f"; full log in {log_path}" if log_path else ""),
                         log_tail=step_tail)
-    image_id = iid.read_text().strip() if iid.exists() else ""
+    if sink_error:
+        raise sink_error[0]
+    image_id = iid.read_text().strip() if iid.exists() and not tar_sink else ""
     imported = tuple(ref for sid, ref in importing.items() if sid not in missed)
     for ref in imported:
         progress.note(f"  cache read from {ref}")
-    return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported)
+    return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported, flags)
 
 
 # uv, where its output is not a terminal: " Downloading torch (174.8MiB)", " Downloaded torch".

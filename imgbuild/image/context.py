@@ -105,10 +105,10 @@ def index_flags(plan: Plan, has_wheels: bool, mirror: str | None = None) -> str:
 
 def prepare_context(plan: Plan, lock: Lockfile, dest: Path, *, wheels: Path | None,
                     smoke_model_dir: Path | None, patches: dict[str, Patch],
-                    with_heavy: bool = True) -> list[Path]:
+                    with_heavy: bool = True, rest: str = "install") -> list[Path]:
     """Write the build context; return the wheels it carries."""
     (dest / "lock").mkdir(parents=True)
-    (dest / "Dockerfile").write_text(render.dockerfile(plan, with_heavy=with_heavy))
+    (dest / "Dockerfile").write_text(render.dockerfile(plan, with_heavy=with_heavy, rest=rest))
     (dest / "lock" / "heavy.txt").write_text(lock.requirements_text(heavy=True))
     (dest / "lock" / "rest.txt").write_text(lock.requirements_text(heavy=False))
     if plan.split_heavy:
@@ -153,7 +153,7 @@ class BuildInputs:
 def prepare_build(plan: Plan, lock: Lockfile, scratch: Path, *, wheels: Path | None,
                   smoke_model_dir: Path | None, patches: dict[str, Patch],
                   index_urls: tuple[str, ...], host: Secrets,
-                  with_heavy: bool = True) -> BuildInputs:
+                  with_heavy: bool = True, rest: str = "install") -> BuildInputs:
     """The context in `scratch/context` and the secrets (the host's, plus a netrc for the
     index URLs that carry credentials) in `scratch/secrets`, a 0700 sibling: every byte under
     the context reaches the builder, and could reach a layer by a careless COPY, so the
@@ -162,7 +162,7 @@ def prepare_build(plan: Plan, lock: Lockfile, scratch: Path, *, wheels: Path | N
     try:
         carried = prepare_context(plan, lock, ctx, wheels=wheels,
                                   smoke_model_dir=smoke_model_dir, patches=patches,
-                                  with_heavy=with_heavy)
+                                  with_heavy=with_heavy, rest=rest)
     except OSError as e:  # a full or read-only TMPDIR: the caller removes the scratch
         raise cannot_write(ctx, e, "the build context", scratch=True) from None
     sd.mkdir(mode=0o700)

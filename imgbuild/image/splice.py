@@ -37,6 +37,7 @@ layers. The target's cache tag stays on the image that carries the heavy steps' 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -112,7 +113,7 @@ def _command(created_by: str) -> str:
     return created_by.split("/bin/sh -c ", 1)[-1]
 
 
-def _decompress(media_type: str, data: bytes) -> bytes:
+def decompressed(media_type: str, data: bytes) -> bytes:
     if "zstd" in media_type:
         return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
     if "gzip" in media_type:
@@ -121,7 +122,7 @@ def _decompress(media_type: str, data: bytes) -> bytes:
 
 
 def _file_in_layer(repo, layer: dict, path: str) -> bytes | None:
-    blob = _decompress(layer.get("mediaType", ""), registry.get_blob(repo, layer["digest"]))
+    blob = decompressed(layer.get("mediaType", ""), registry.get_blob(repo, layer["digest"]))
     with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
         try:
             f = tf.extractfile(path.lstrip("/"))
@@ -208,6 +209,47 @@ def check_top(donor: Donor, created_by: list[str], diff_ids: list[str]) -> str |
     return None
 
 
+@dataclass(frozen=True)
+class CutLayer:
+    """The rest layer when it was cut from the built filesystem (image/layercut.py) rather than
+    built into the top: where it goes in the top's config and manifest, and what it is."""
+
+    history_at: int  # its history entry's index in the top's history
+    layer_at: int  # its index among the top's layers
+    history: dict
+    diff_id: str
+    descriptor: dict
+    tar_size: int
+
+
+def rest_history(donor: Donor, command: str, flags: str, created: str) -> dict | None:
+    """The history entry BuildKit would record for the rest install `command` (render.
+    recorded_command), run with IMGBUILD_INDEX_FLAGS=flags; None unless the donor's heavy
+    install is that command but for the part it names (so the entry's form is BuildKit's
+    own, as the donor's history shows it)."""
+    for h in donor.history:
+        by = h.get("created_by", "")
+        part = next((p for p in (*HEAVY_LAYERS, "heavy") if f"-r {ASSETS}/{p}.txt" in by), None)
+        if part is None:
+            continue
+        same = _command(by).replace(f"{ASSETS}/{part}.txt", f"{ASSETS}/rest.txt") \
+            .replace(f"pruned-{part}.txt", "pruned-rest.txt")
+        if same != f"{command} # buildkit" or not by.startswith("RUN |1 IMGBUILD_INDEX_FLAGS="):
+            return None
+        return {"created": created,
+                "created_by": f"RUN |1 IMGBUILD_INDEX_FLAGS={flags} /bin/sh -c {same}",
+                "comment": h.get("comment", "buildkit.dockerfile.v0")}
+    return None
+
+
+def with_rest(top_config: bytes, rest: CutLayer) -> bytes:
+    """The top's config (built without its rest install) with the cut rest layer in it."""
+    cfg = json.loads(top_config)
+    cfg["rootfs"]["diff_ids"].insert(rest.layer_at, rest.diff_id)
+    cfg["history"].insert(rest.history_at, rest.history)
+    return json.dumps(cfg, separators=(",", ":"), sort_keys=True).encode()
+
+
 def spliced_config(donor: Donor, top_config: bytes) -> bytes:
     """The top's config with the donor's heavy layers and their history entries where the full
     build has them, and no inline cache."""
@@ -221,13 +263,23 @@ def spliced_config(donor: Donor, top_config: bytes) -> bytes:
     return json.dumps(cfg, separators=(",", ":"), sort_keys=True).encode()
 
 
-def assemble(repo, donor: Donor, top: wire.Layers, top_size: int) -> Spliced:
-    """Upload the spliced config; return the manifest that names it (not put under any tag)."""
+def assemble(repo, donor: Donor, top: wire.Layers, top_size: int,
+             rest: CutLayer | None = None) -> Spliced:
+    """Upload the spliced config; return the manifest that names it (not put under any tag).
+    rest: the rest layer, when it was cut rather than built into the top."""
     assert top.config is not None
-    config = spliced_config(donor, top.config)
+    descriptors = list(top.descriptors)
+    top_config = top.config
+    if rest is not None:
+        descriptors.insert(rest.layer_at, rest.descriptor)
+        top_config = with_rest(top_config, rest)
+        top_size += rest.tar_size
+        top = dataclasses.replace(top, sent_bytes=top.sent_bytes + rest.descriptor["size"],
+                                  sent_layers=top.sent_layers + 1)
+    config = spliced_config(donor, top_config)
     digest = registry.put_blob(repo, config)
     k = donor.first_layer
-    layers = list(top.descriptors[:k]) + list(donor.layers) + list(top.descriptors[k:])
+    layers = descriptors[:k] + list(donor.layers) + descriptors[k:]
     manifest = wire.image_manifest(digest, len(config), layers)
     heavy_size = sum(int((la.get("annotations") or {}).get(wire.TAR_SIZE) or la["size"])
                      for la in donor.layers)

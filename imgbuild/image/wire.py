@@ -358,15 +358,42 @@ def _send_layer(f, size: int, repo, blobs: str, scope: str, comp: Compression,
                 feed: Callable[[dict], None], lid: str) -> tuple[str, Held]:
     """Compress one layer tar as it is read and upload it as it is compressed (one streamed
     PATCH, then the PUT that names its digest, as Docker does)."""
+    return _send_chunks(iter(lambda: f.read(READ_CHUNK), b""), size, repo, blobs, scope, comp,
+                        feed, lid)
+
+
+def send_stream(body: Iterable[bytes], repo, comp: Compression, feed: Callable[[dict], None],
+                lid: str) -> tuple[str, Held]:
+    """A layer tar compressed and uploaded as it is made, its size known only at its end
+    (image/layercut.py): its diff id and what the registry holds."""
+    return _send_chunks(_coalesced(body), -1, repo, f"{repo.path}/blobs",
+                        repo.scope("pull", "push"), comp, feed, lid)
+
+
+def _coalesced(body: Iterable[bytes]) -> Iterator[bytes]:
+    """Small pieces (a tar header each) gathered into chunks of READ_CHUNK or so."""
+    buf = bytearray()
+    for piece in body:
+        buf += piece
+        if len(buf) >= READ_CHUNK:
+            yield bytes(buf)
+            buf.clear()
+    if buf:
+        yield bytes(buf)
+
+
+def _send_chunks(body: Iterator[bytes], size: int, repo, blobs: str, scope: str,
+                 comp: Compression, feed: Callable[[dict], None], lid: str) -> tuple[str, Held]:
     raw = hashlib.sha256()
     done = [0]
 
     def chunks() -> Iterator[bytes]:
-        while chunk := f.read(READ_CHUNK):
+        for chunk in body:
             raw.update(chunk)
             done[0] += len(chunk)
             feed({"id": lid, "status": "Pushing",
-                  "progressDetail": {"current": done[0], "total": size}})
+                  "progressDetail": {"current": done[0], **({"total": size} if size >= 0
+                                                           else {})}})
             yield chunk
 
     with blobcache.writer(comp.recipe) as keep:
@@ -378,9 +405,9 @@ def _send_layer(f, size: int, repo, blobs: str, scope: str, comp: Compression,
 
         digest, csize = _upload(repo, blobs, scope, tee(comp.compressor(size)(chunks())), None)
         diff_id = "sha256:" + raw.hexdigest()
-        blobcache.commit(keep, comp.recipe, diff_id, digest, csize, size)
+        blobcache.commit(keep, comp.recipe, diff_id, digest, csize, done[0])
     feed({"id": lid, "status": "Pushed"})
-    return diff_id, Held(digest, csize, comp.media_type, size)
+    return diff_id, Held(digest, csize, comp.media_type, done[0])
 
 
 def _send_cached(c: blobcache.Cached, repo, blobs: str, scope: str, comp: Compression,

@@ -3,19 +3,25 @@ tag, or built (base, context, BuildKit)."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..errors import JobFailed
-from ..image import attest, daemon, registry, splice, wire
+from ..image import attest, daemon, layercut, registry, splice, wire
 from ..image import base as base_image
 from ..image.buildkit import BuildResult, docker_build
 from ..image.compression import Compression
 from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
 from ..lock.wheels import mirror_index
+from ..plan import render
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
@@ -88,6 +94,12 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
     progress.note(f"the heavy layers are {repo.name}:{donor.ref}'s: building the layers "
                   "above them alone")
     top = f"{plan.ref()}-top"
+    if not plan.patch_digest:  # the patch step patches the rest layer's files in place
+        cut = _cut_splice(ws, plan, lock, client, repo, donor, top, refs=refs, comp=comp,
+                          smoke_dir=smoke_dir, log_dir=log_dir, cache_from=cache_from,
+                          progress=progress)
+        if cut is not None:
+            return cut
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
                          cache_from=cache_from, progress=progress, with_heavy=False, tag=top)
     try:
@@ -111,13 +123,90 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
                  os_packages=debs)
 
 
+def _cut_splice(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
+                donor: splice.Donor, top: str, *, refs: tuple[str, ...], comp: Compression,
+                smoke_dir: Path | None, log_dir: Path | None, cache_from: tuple[str, ...],
+                progress: Progress) -> Built | None:
+    """The splice with its rest layer cut from the built filesystem (image/layercut.py): the
+    top built without the rest install and sent, then the filesystem as the rest install
+    leaves it streamed out of BuildKit, cut, compressed and sent as it comes. None, having said
+    why, where the cut does not fit: the caller builds the top with its rest layer."""
+    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
+                         cache_from=cache_from, progress=progress, with_heavy=False, tag=top,
+                         rest="skip")
+    try:
+        img = client.images.get(top)
+        with progress.transfer("push", plan.ref()) as moving:
+            layers = wire.send_layers(client, top, repo, comp=comp,
+                                      hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
+                                      platform=plan.platform, feed=moving.feed,
+                                      config_wanted=True)
+        assert layers.config is not None
+        history = json.loads(layers.config).get("history") or []
+        at = next((i for i, h in enumerate(history)
+                   if h.get("created_by", "").startswith("COPY lock/rest.txt ")), None)
+        command = render.recorded_command(render.rest_install(plan))
+        entry = splice.rest_history(donor, command, result.flags,
+                                    history[at]["created"] if at is not None else "")
+        if at is None or entry is None:
+            progress.note("the rest layer is built into the top: the previous image's heavy "
+                          "install is not this build's rest install but for its part")
+            return None
+        created_by = [h.get("created_by", "") for h in history]
+        created_by.insert(at + 1, entry["created_by"])
+        no = splice.check_top(donor, created_by, list(layers.diff_ids))
+        if no is not None:
+            progress.note(f"not spliced after all, the image is built whole: {no}")
+            return None
+        layer_at = sum(1 for h in history[:at + 1] if not h.get("empty_layer"))
+        stats = layercut.Cut()
+        got: list[tuple[str, wire.Held]] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="lower") as pool:
+            # What the layers under the rest install hold (from the registry, a few hundred
+            # MB unpacked at most), read while the rest install runs.
+            lower = pool.submit(lambda: layercut.lower_entries(
+                io.BytesIO(splice.decompressed(d["mediaType"],
+                                               registry.get_blob(repo, d["digest"])))
+                for d in layers.descriptors[:layer_at]))
+
+            def sink(fs: IO[bytes]) -> None:
+                got.append(wire.send_stream(layercut.cut(fs, lower.result(), stats), repo,
+                                            comp, lambda e: None, "rest"))
+
+            try:
+                installed = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir,
+                                        log_dir=log_dir, cache_from=cache_from,
+                                        progress=progress, with_heavy=False, rest="last",
+                                        tar_sink=sink)
+            except layercut.NotCut as e:
+                progress.note(f"the rest layer is built into the top: {e}")
+                return None
+        # The build's account is the rest install's (its steps, its cache reads), its time
+        # both builds'.
+        result = dataclasses.replace(installed, seconds=result.seconds + installed.seconds)
+        diff_id, held = got[0]
+        rest = splice.CutLayer(at + 1, layer_at, entry, diff_id, wire.descriptor(held),
+                               held.tar_size or 0)
+        made = splice.assemble(repo, donor, layers, int(img.attrs.get("Size") or 0), rest)
+        debs = tuple(attest.os_packages(top))
+    finally:
+        client.images.remove(top, noprune=True)
+    progress.note(f"spliced {plan.ref()}: {made.heavy_layers} heavy layers from {made.donor}, "
+                  f"the rest layer cut from the built filesystem ({stats.kept} of "
+                  f"{stats.entries} entries)")
+    return Built("spliced", made.config_digest, made.size_bytes, result, spliced=made,
+                 os_packages=debs)
+
+
 def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
                 *, smoke_dir: Path | None = None, no_cache: bool = False,
                 log_dir: Path | None = None, cache_from: tuple[str, ...] = (),
                 progress: Progress = SILENT, with_heavy: bool = True,
-                tag: str | None = None) -> BuildResult:
+                tag: str | None = None, rest: str = "install",
+                tar_sink: Callable[[IO[bytes]], None] | None = None) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
-    content tag (or `tag`) on success only. with_heavy=False: the top of a splice."""
+    content tag (or `tag`) on success only. with_heavy=False: the top of a splice; rest and
+    tar_sink: render.dockerfile's and buildkit.docker_build's."""
     if plan.cpu_arch != base_image.host_cpu():
         base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
     os_base = ws.catalog.base(plan.base, plan.cpu_arch)
@@ -132,14 +221,14 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     with tempfile.TemporaryDirectory(prefix="imgbuild-ctx-") as td:
         built = prepare_build(plan, lock, Path(td), wheels=ws.wheels, smoke_model_dir=smoke_dir,
                               patches=ws.patches, index_urls=index_urls,
-                              host=Secrets.from_host(), with_heavy=with_heavy)
+                              host=Secrets.from_host(), with_heavy=with_heavy, rest=rest)
         carried = built.carried
         flags = index_flags(plan, bool(carried), mirror)
         log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache,
-                                cache_from=cache_from, tag=tag)
+                                cache_from=cache_from, tag=tag, tar_sink=tar_sink)
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise
