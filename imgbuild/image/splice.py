@@ -203,15 +203,24 @@ def check_top(donor: Donor, created_by: list[str], diff_ids: list[str]) -> str |
     rest = next((c for c in created_by[donor.before:] if f"-r {ASSETS}/rest.txt" in c), None)
     if rest is None:
         return "the top has no rest install step"
-    for h in donor.history:
-        part = next((p for p in (*HEAVY_LAYERS, "heavy")
-                     if f"-r {ASSETS}/{p}.txt" in h.get("created_by", "")), None)
-        if part is None:
-            continue
-        same = _command(h["created_by"]).replace(f"{ASSETS}/{part}.txt", f"{ASSETS}/rest.txt")
-        if same.replace(f"pruned-{part}.txt", "pruned-rest.txt") != _command(rest):
+    for part, same in _heavy_installs(donor):
+        if same != _command(rest):
             return f"the previous image's {part} install command is not this build's"
     return None
+
+
+def _heavy_installs(donor: Donor) -> list[tuple[str, str]]:
+    """Each of the donor's heavy install steps: the lock part it names, and its recorded
+    command (_command) as the rest install would read, the part renamed (one template,
+    render._install)."""
+    out = []
+    for h in donor.history:
+        by = h.get("created_by", "")
+        part = next((p for p in (*HEAVY_LAYERS, "heavy") if f"-r {ASSETS}/{p}.txt" in by), None)
+        if part is not None:
+            out.append((part, _command(by).replace(f"{ASSETS}/{part}.txt", f"{ASSETS}/rest.txt")
+                        .replace(f"pruned-{part}.txt", "pruned-rest.txt")))
+    return out
 
 
 @dataclass(frozen=True)
@@ -232,19 +241,14 @@ def rest_history(donor: Donor, command: str, flags: str, created: str) -> dict |
     recorded_command), run with IMGBUILD_INDEX_FLAGS=flags; None unless the donor's heavy
     install is that command but for the part it names (so the entry's form is BuildKit's
     own, as the donor's history shows it)."""
-    for h in donor.history:
-        by = h.get("created_by", "")
-        part = next((p for p in (*HEAVY_LAYERS, "heavy") if f"-r {ASSETS}/{p}.txt" in by), None)
-        if part is None:
-            continue
-        same = _command(by).replace(f"{ASSETS}/{part}.txt", f"{ASSETS}/rest.txt") \
-            .replace(f"pruned-{part}.txt", "pruned-rest.txt")
-        if same != f"{command} # buildkit" or not by.startswith("RUN |1 IMGBUILD_INDEX_FLAGS="):
-            return None
-        return {"created": created,
-                "created_by": f"RUN |1 IMGBUILD_INDEX_FLAGS={flags} /bin/sh -c {same}",
-                "comment": h.get("comment", "buildkit.dockerfile.v0")}
-    return None
+    installs = _heavy_installs(donor)
+    heavy = [h for h in donor.history if f"-r {ASSETS}/" in h.get("created_by", "")]
+    if not installs or any(same != f"{command} # buildkit" for _, same in installs) \
+            or not heavy[0]["created_by"].startswith("RUN |1 IMGBUILD_INDEX_FLAGS="):
+        return None
+    return {"created": created,
+            "created_by": f"RUN |1 IMGBUILD_INDEX_FLAGS={flags} /bin/sh -c {installs[0][1]}",
+            "comment": heavy[0].get("comment", "buildkit.dockerfile.v0")}
 
 
 def with_rest(top_config: bytes, rest: CutLayer) -> bytes:

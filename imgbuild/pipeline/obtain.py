@@ -109,11 +109,7 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
         if no is not None:
             progress.note(f"not spliced after all, the image is built whole: {no}")
             return None
-        with progress.transfer("push", plan.ref()) as moving:
-            layers = wire.send_layers(client, top, repo, comp=comp,
-                                      hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
-                                      platform=plan.platform, feed=moving.feed,
-                                      config_wanted=True)
+        layers = _send_top(client, top, repo, plan, donor, refs, comp, progress)
         made = splice.assemble(repo, donor, layers, int(img.attrs.get("Size") or 0))
         debs = tuple(attest.os_packages(top))
     finally:
@@ -121,6 +117,16 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
     progress.note(f"spliced {plan.ref()}: {made.heavy_layers} heavy layers from {made.donor}")
     return Built("spliced", made.config_digest, made.size_bytes, result, spliced=made,
                  os_packages=debs)
+
+
+def _send_top(client, top: str, repo: registry.Repository, plan: Plan, donor: splice.Donor,
+              refs: tuple[str, ...], comp: Compression, progress: Progress) -> wire.Layers:
+    """The top's layers into the registry (those it holds, the donor's among them, cost a
+    HEAD), and its config read."""
+    with progress.transfer("push", plan.ref()) as moving:
+        return wire.send_layers(client, top, repo, comp=comp,
+                                hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
+                                platform=plan.platform, feed=moving.feed, config_wanted=True)
 
 
 def _cut_splice(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
@@ -136,11 +142,7 @@ def _cut_splice(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                          rest="skip")
     try:
         img = client.images.get(top)
-        with progress.transfer("push", plan.ref()) as moving:
-            layers = wire.send_layers(client, top, repo, comp=comp,
-                                      hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
-                                      platform=plan.platform, feed=moving.feed,
-                                      config_wanted=True)
+        layers = _send_top(client, top, repo, plan, donor, refs, comp, progress)
         assert layers.config is not None
         history = json.loads(layers.config).get("history") or []
         at = next((i for i, h in enumerate(history)
