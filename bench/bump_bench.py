@@ -93,7 +93,10 @@ def fresh_runner():
 
 def heavy_cached(logs: Path) -> bool:
     """Whether the build log says the heavy install step came from the cache."""
-    log = next(logs.glob("*.build.log")).read_text(errors="replace")
+    # A cut splice builds its top beside the rest install (*.top.build.log): its time is in
+    # the rest install's.
+    log = next(p for p in logs.glob("*.build.log") if not p.name.endswith(".top.build.log")
+               ).read_text(errors="replace")
     step = re.search(r"^#(\d+) \[[^\]]*\] RUN .*-r /opt/imgbuild/heavy", log, re.M)
     return bool(step) and re.search(rf"^#{step.group(1)} CACHED$", log, re.M) is not None
 
@@ -106,7 +109,10 @@ def cache_layer_times(logs: Path, build_s: float) -> dict:
     """Where the build's time went, from BuildKit's log: the longest pull of a cached layer
     from the registry (they run side by side), the steps that ran, and what the log does not
     itemise (BuildKit 0.8 logs no time for unpacking the pulled layers, nor for exporting)."""
-    log = next(logs.glob("*.build.log")).read_text(errors="replace")
+    # A cut splice builds its top beside the rest install (*.top.build.log): its time is in
+    # the rest install's.
+    log = next(p for p in logs.glob("*.build.log") if not p.name.endswith(".top.build.log")
+               ).read_text(errors="replace")
     pull = max((float(x) for x in _PULLED.findall(log)), default=0.0)
     steps = round(sum(float(x) for x in _DONE.findall(log)), 1)
     return {"pull_s": pull, "steps_s": steps, "unitemised_s": round(build_s - pull - steps, 1)}

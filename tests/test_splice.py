@@ -243,10 +243,19 @@ def test_an_engine_bump_is_spliced_in_the_registry_and_is_the_image_built_whole(
         # exported into the Engine (image/layercut.py).
         assert "the rest layer cut from the built filesystem" in r.stderr, r.stderr[-2000:]
 
+        # Two builds side by side, a log each: the rest install (the filesystem streamed out)
+        # and the top without it (built, checked and sent while the install ran).
+        tag = bump["content_tag"].rsplit(":", 1)[1]
+        log = (logs / f"{tag}.build.log").read_text()
+        top_log = (logs / f"{tag}.top.build.log").read_text()
+        assert "-r /opt/imgbuild/rest.txt" in log and "COPY payload/" not in log
+        assert "COPY payload/" in top_log and "-r /opt/imgbuild/rest.txt" not in top_log
+        # No inline cache asked of the streamed build: it would have the Engine put the rest
+        # layer into its layer store before a byte of the tar is sent.
+        assert "exporting cache" not in log and "exporting to client" in log
         # The heavy layers never came here: no step installed them, no image holds them, and
         # neither the content tag nor the top's own tag is left in the Engine.
-        log = next(logs.glob("*.build.log")).read_text()
-        assert "-r /opt/imgbuild/rest.txt" in log and "/opt/imgbuild/heavy.txt" not in log
+        assert "/opt/imgbuild/heavy.txt" not in log + top_log
         here = {d for img in client.images.list(all=True)
                 for d in img.attrs["RootFS"].get("Layers", [])}
         assert here and not heavy_ids & here

@@ -82,7 +82,10 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     output = ["-o", "type=tar,dest=-"] if tar_sink else ["--iidfile", str(iid), "-t",
                                                          tag or plan.ref()]
     args = ["build", "--progress=plain", *output,
-            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}", *INLINE_CACHE,
+            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
+            # No image, no inline cache: asked for, it has the Engine put the last step's
+            # layer into its layer store (its diff read and hashed) before the tar is sent.
+            *(INLINE_CACHE if not tar_sink else ()),
             *proxy_args(dict(os.environ)),
             "--label", f"io.imgbuild.content-key={plan.content_key}",
             *secrets.args(), *(["--no-cache"] if no_cache else []),

@@ -7,8 +7,10 @@ import dataclasses
 import io
 import json
 import tempfile
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -95,9 +97,13 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
                   "above them alone")
     top = f"{plan.ref()}-top"
     if not plan.patch_digest:  # the patch step patches the rest layer's files in place
-        cut = _cut_splice(ws, plan, lock, client, repo, donor, top, refs=refs, comp=comp,
-                          smoke_dir=smoke_dir, log_dir=log_dir, cache_from=cache_from,
-                          progress=progress)
+        try:
+            cut = _cut_splice(ws, plan, lock, client, repo, donor, top, refs=refs, comp=comp,
+                              smoke_dir=smoke_dir, log_dir=log_dir, cache_from=cache_from,
+                              progress=progress)
+        except _Whole as e:
+            progress.note(f"not spliced after all, the image is built whole: {e}")
+            return None
         if cut is not None:
             return cut
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
@@ -129,75 +135,151 @@ def _send_top(client, top: str, repo: registry.Repository, plan: Plan, donor: sp
                                 platform=plan.platform, feed=moving.feed, config_wanted=True)
 
 
+class _Whole(Exception):
+    """The splice does not fit after all: the image is built whole (the message says why)."""
+
+
+class _Later:
+    """The progress of work done beside a build on the screen: its notes kept, to be said once
+    that build is over (a terminal shows one live display at a time, and two builds' lines
+    interleaved read as one); no status or bars of its own."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str]] = []
+
+    def note(self, message: str, *, level: str = "info") -> None:
+        self.notes.append((message, level))
+
+    def status(self, message: str):
+        return SILENT.status(message)
+
+    def transfer(self, kind: str, ref: str):
+        return SILENT.transfer(kind, ref)
+
+    def say(self, progress: Progress, heading: str) -> None:
+        if self.notes:
+            progress.note(heading)
+        for message, level in self.notes:
+            progress.note(message, level=level)
+
+
+@dataclass(frozen=True)
+class _Top:
+    """A cut splice's top, built without its rest install and sent: where the rest layer goes."""
+
+    result: BuildResult
+    layers: wire.Layers
+    size: int
+    rest: dict  # the rest install's history entry
+    history_at: int
+    layer_at: int
+    os_packages: tuple[dict[str, str], ...]
+
+
+def _make_top(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
+              donor: splice.Donor, top: str, *, refs: tuple[str, ...], comp: Compression,
+              smoke_dir: Path | None, log_dir: Path | None, cache_from: tuple[str, ...],
+              progress: Progress) -> _Top:
+    """The top without its rest install, built, checked against the donor and sent. Raises
+    NotCut where the cut does not fit (the top is then built with its rest layer), _Whole
+    where the splice does not."""
+    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
+                         cache_from=cache_from, progress=progress, with_heavy=False, tag=top,
+                         rest="skip", log_name=f"{plan.content_tag}.top.build.log")
+    img = client.images.get(top)
+    layers = _send_top(client, top, repo, plan, donor, refs, comp, progress)
+    assert layers.config is not None
+    history = json.loads(layers.config).get("history") or []
+    at = next((i for i, h in enumerate(history)
+               if h.get("created_by", "").startswith("COPY lock/rest.txt ")), None)
+    command = render.recorded_command(render.rest_install(plan))
+    entry = splice.rest_history(donor, command, result.flags,
+                                history[at]["created"] if at is not None else "")
+    if at is None or entry is None:
+        raise layercut.NotCut("the previous image's heavy install is not this build's rest "
+                              "install but for its part")
+    created_by = [h.get("created_by", "") for h in history]
+    created_by.insert(at + 1, entry["created_by"])
+    no = splice.check_top(donor, created_by, list(layers.diff_ids))
+    if no is not None:
+        raise _Whole(no)
+    layer_at = sum(1 for h in history[:at + 1] if not h.get("empty_layer"))
+    return _Top(result, layers, int(img.attrs.get("Size") or 0), entry, at + 1, layer_at,
+                tuple(attest.os_packages(top)))
+
+
 def _cut_splice(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
                 donor: splice.Donor, top: str, *, refs: tuple[str, ...], comp: Compression,
                 smoke_dir: Path | None, log_dir: Path | None, cache_from: tuple[str, ...],
                 progress: Progress) -> Built | None:
     """The splice with its rest layer cut from the built filesystem (image/layercut.py): the
-    top built without the rest install and sent, then the filesystem as the rest install
-    leaves it streamed out of BuildKit, cut, compressed and sent as it comes. None, having said
-    why, where the cut does not fit: the caller builds the top with its rest layer."""
-    result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
-                         cache_from=cache_from, progress=progress, with_heavy=False, tag=top,
-                         rest="skip")
-    try:
-        img = client.images.get(top)
-        layers = _send_top(client, top, repo, plan, donor, refs, comp, progress)
-        assert layers.config is not None
-        history = json.loads(layers.config).get("history") or []
-        at = next((i for i, h in enumerate(history)
-                   if h.get("created_by", "").startswith("COPY lock/rest.txt ")), None)
-        command = render.recorded_command(render.rest_install(plan))
-        entry = splice.rest_history(donor, command, result.flags,
-                                    history[at]["created"] if at is not None else "")
-        if at is None or entry is None:
-            progress.note("the rest layer is built into the top: the previous image's heavy "
-                          "install is not this build's rest install but for its part")
-            return None
-        created_by = [h.get("created_by", "") for h in history]
-        created_by.insert(at + 1, entry["created_by"])
-        no = splice.check_top(donor, created_by, list(layers.diff_ids))
-        if no is not None:
-            progress.note(f"not spliced after all, the image is built whole: {no}")
-            return None
-        layer_at = sum(1 for h in history[:at + 1] if not h.get("empty_layer"))
-        stats = layercut.Cut()
-        got: list[tuple[str, wire.Held]] = []
-        with ThreadPoolExecutor(1, thread_name_prefix="lower") as pool:
+    filesystem as the rest install leaves it streamed out of BuildKit, cut, compressed and
+    sent as it comes, while beside it the top is built without the rest install, checked
+    and sent (the cut waits for the layers under it). None, having said why, where the cut
+    does not fit: the caller builds the top with its rest layer. Raises _Whole where the
+    splice does not fit."""
+    start = time.monotonic()
+    _base_ready(ws, plan, client, repo)  # once, here, before two builds want it
+    beside = _Later()
+    made_top: Future[_Top] = Future()
+    lower: Future[dict[str, layercut.Entry]] = Future()
+
+    def make() -> None:
+        try:
+            got_top = _make_top(ws, plan, lock, client, repo, donor, top, refs=refs, comp=comp,
+                                smoke_dir=smoke_dir, log_dir=log_dir, cache_from=cache_from,
+                                progress=beside)
+        except BaseException as e:  # the build beside it stops on it (its sink raises it)
+            made_top.set_exception(e)
+            lower.set_exception(e)
+            return
+        made_top.set_result(got_top)
+        try:
             # What the layers under the rest install hold (from the registry, a few hundred
             # MB unpacked at most), read while the rest install runs.
-            lower = pool.submit(lambda: layercut.lower_entries(
+            lower.set_result(layercut.lower_entries(
                 io.BytesIO(splice.decompressed(d["mediaType"],
                                                registry.get_blob(repo, d["digest"])))
-                for d in layers.descriptors[:layer_at]))
+                for d in got_top.layers.descriptors[:got_top.layer_at]))
+        except BaseException as e:
+            lower.set_exception(e)
 
-            def sink(fs: IO[bytes]) -> None:
-                got.append(wire.send_stream(layercut.cut(fs, lower.result(), stats), repo,
-                                            comp, lambda e: None, "rest"))
+    stats = layercut.Cut()
+    got: list[tuple[str, wire.Held]] = []
 
-            try:
-                installed = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir,
-                                        log_dir=log_dir, cache_from=cache_from,
-                                        progress=progress, with_heavy=False, rest="last",
-                                        tar_sink=sink)
-            except layercut.NotCut as e:
-                progress.note(f"the rest layer is built into the top: {e}")
-                return None
-        # The build's account is the rest install's (its steps, its cache reads), its time
-        # both builds'.
-        result = dataclasses.replace(installed, seconds=result.seconds + installed.seconds)
-        diff_id, held = got[0]
-        rest = splice.CutLayer(at + 1, layer_at, entry, diff_id, wire.descriptor(held),
-                               held.tar_size or 0)
-        made = splice.assemble(repo, donor, layers, int(img.attrs.get("Size") or 0), rest)
-        debs = tuple(attest.os_packages(top))
+    def sink(fs: IO[bytes]) -> None:
+        got.append(wire.send_stream(layercut.cut(fs, lower.result(), stats), repo, comp,
+                                    lambda e: None, "rest"))
+
+    beside_top = threading.Thread(target=make, name="splice-top", daemon=True)
+    beside_top.start()
+    try:
+        try:
+            installed = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir,
+                                    log_dir=log_dir, cache_from=cache_from, progress=progress,
+                                    with_heavy=False, rest="last", tar_sink=sink)
+        finally:
+            beside_top.join()
+            beside.say(progress, f"beside it, {top} (the layers above the rest install):")
+        done = made_top.result()
+    except layercut.NotCut as e:
+        progress.note(f"the rest layer is built into the top: {e}")
+        return None
     finally:
-        client.images.remove(top, noprune=True)
+        if daemon.local_image(client, top) is not None:
+            client.images.remove(top, noprune=True)
+    # The build's account is the rest install's (its steps, its cache reads), its time both
+    # builds' (side by side).
+    result = dataclasses.replace(installed, seconds=time.monotonic() - start)
+    diff_id, held = got[0]
+    rest = splice.CutLayer(done.history_at, done.layer_at, done.rest, diff_id,
+                           wire.descriptor(held), held.tar_size or 0)
+    made = splice.assemble(repo, donor, done.layers, done.size, rest)
     progress.note(f"spliced {plan.ref()}: {made.heavy_layers} heavy layers from {made.donor}, "
                   f"the rest layer cut from the built filesystem ({stats.kept} of "
                   f"{stats.entries} entries)")
     return Built("spliced", made.config_digest, made.size_bytes, result, spliced=made,
-                 os_packages=debs)
+                 os_packages=done.os_packages)
 
 
 def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Repository,
@@ -205,15 +287,13 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                 log_dir: Path | None = None, cache_from: tuple[str, ...] = (),
                 progress: Progress = SILENT, with_heavy: bool = True,
                 tag: str | None = None, rest: str = "install",
-                tar_sink: Callable[[IO[bytes]], None] | None = None) -> BuildResult:
+                tar_sink: Callable[[IO[bytes]], None] | None = None,
+                log_name: str | None = None) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag (or `tag`) on success only. with_heavy=False: the top of a splice; rest and
-    tar_sink: render.dockerfile's and buildkit.docker_build's."""
-    if plan.cpu_arch != base_image.host_cpu():
-        base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
-    os_base = ws.catalog.base(plan.base, plan.cpu_arch)
-    if plan.base_image == os_base.image:  # a cuda-devel image's nvidia/cuda base is pulled as usual
-        base_image.ensure_local(client, os_base, repo if repo.host else None)
+    tar_sink: render.dockerfile's and buildkit.docker_build's; log_name: the build log's name
+    in log_dir (default: the content tag's)."""
+    _base_ready(ws, plan, client, repo)
     if plan.smoke_model and smoke_dir is None:
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
                         "given to build it with")
@@ -226,7 +306,8 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                               host=Secrets.from_host(), with_heavy=with_heavy, rest=rest)
         carried = built.carried
         flags = index_flags(plan, bool(carried), mirror)
-        log_path = (log_dir / f"{plan.content_tag}.build.log") if log_dir else None
+        log_path = (log_dir / (log_name or f"{plan.content_tag}.build.log")) if log_dir \
+            else None
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache,
@@ -234,6 +315,15 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise
+
+
+def _base_ready(ws: Workspace, plan: Plan, client, repo: registry.Repository) -> None:
+    """The base image here for BuildKit (an imgbuild base pulled from the registry)."""
+    if plan.cpu_arch != base_image.host_cpu():
+        base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
+    os_base = ws.catalog.base(plan.base, plan.cpu_arch)
+    if plan.base_image == os_base.image:  # a cuda-devel image's nvidia/cuda base is pulled as usual
+        base_image.ensure_local(client, os_base, repo if repo.host else None)
 
 
 def unreachable_hint(extra_index_urls: tuple[str, ...], log_tail: list[str],
