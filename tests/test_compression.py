@@ -408,4 +408,4 @@ def test_the_blob_cache_keeps_each_compressors_bytes_apart():
     assert wire.GZIP.recipe != wire.ZSTD.recipe
     assert wire.GZIP.recipe != dataclasses.replace(wire.GZIP, level=9).recipe
     assert wire.ZSTD.recipe != dataclasses.replace(wire.ZSTD, level=19).recipe
-    assert "zlib-ng" in wire.GZIP.recipe and "libzstd" in wire.ZSTD.recipe
+    assert "libdeflate" in wire.GZIP.recipe and "libzstd" in wire.ZSTD.recipe

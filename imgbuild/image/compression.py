@@ -4,11 +4,13 @@ every core.
 - zstd (`application/vnd.oci.image.layer.v1.tar+zstd`): libzstd's own worker threads, one per
   core. Read by containerd >= 1.5 and Docker Engine >= 23 only.
 - gzip (`application/vnd.oci.image.layer.v1.tar+gzip`): the layer cut into 4 MiB blocks, each
-  deflated on its own by zlib-ng (2.6x zlib's speed at level 6 here, output 2% larger; it
-  frees the GIL, so the blocks compress on every core) at level 5 (on 1.2 GB of SGLang's rest
-  layer, two cores: 277 MB/s against 223 MB/s at level 6, output 0.46% larger; level 4 is
-  faster again but 2.8% larger, which every pull pays) and written as
-  one gzip member; a gzip stream of several members is still one gzip file, which every
+  deflated on its own by libdeflate at level 5 (it frees the GIL, so the blocks compress on
+  every core) and written as one gzip member. On 2.08 GB of SGLang's rest-layer wheels
+  (bench/gzip_bench.py, results/gzip.json): 163 MB/s a core against zlib-ng's 128 at the same
+  level (zlib-ng's, before it, was itself 3x zlib's) and 366 against 306 MB/s on two cores,
+  output 0.9% smaller. ISA-L is faster again (438 MB/s a core at its level 3) but its output
+  11% larger, which every pull pays.
+  A gzip stream of several members is still one gzip file, which every
   client's reader takes (Go's compress/gzip reads multistream by default, so do unpigz and
   containerd). Read by every client.
 
@@ -25,9 +27,9 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import deflate
 import zstandard
 from packaging.version import InvalidVersion, Version
-from zlib_ng import zlib_ng
 
 from ..errors import InputError
 
@@ -46,11 +48,12 @@ class Compression:
     @property
     def recipe(self) -> str:
         """What decides the bytes: the compression, its level, the library that writes them
-        and its version (another zlib-ng or libzstd may write other bytes for the same layer,
-        so the blob cache keeps their blobs apart)."""
+        and its version (another libdeflate or libzstd may write other bytes for the same
+        layer, so the blob cache keeps their blobs apart; the deflate package bundles its
+        libdeflate)."""
         if self.name == "zstd":
             return f"zstd-{self.level}-libzstd{'.'.join(map(str, zstandard.ZSTD_VERSION))}"
-        return f"gzip-{self.level}-{GZIP_BLOCK >> 20}MiB-zlib-ng{zlib_ng.ZLIBNG_RUNTIME_VERSION}"
+        return f"gzip-{self.level}-{GZIP_BLOCK >> 20}MiB-libdeflate-py{deflate.__version__}"
 
     def compressor(self, size: int) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
         if self.name == "zstd":
@@ -90,10 +93,8 @@ def _zstd(chunks: Iterable[bytes], level: int, size: int, threads: int = -1) -> 
 
 
 def _deflate_block(block: bytes, level: int) -> bytes:
-    # wbits 31: a gzip member with a fixed header (mtime 0, no name), so equal blocks give
-    # equal bytes.
-    c = zlib_ng.compressobj(level, zlib_ng.DEFLATED, 31)
-    return c.compress(block) + c.flush()
+    # A gzip member with a fixed header (mtime 0, no name), so equal blocks give equal bytes.
+    return deflate.gzip_compress(block, level)
 
 
 def _blocks(chunks: Iterable[bytes], size: int) -> Iterator[bytes]:

@@ -31,9 +31,10 @@ Anything else is no splice: `why` says what differed and the caller builds the u
 tests/test_splice.py checks the spliced image's files against a full build's.
 
 Without a patch step, the rest layer is not built into the top at all: the top is built
-without its rest install, and the rest layer is cut from BuildKit's tar of the filesystem the
-install leaves (image/layercut.py, pipeline/obtain.py _cut_splice), its history entry made by
-rest_history from the donor's heavy install, and put in place by with_rest.
+without its rest install (beside the rest install's own build), and the rest layer is cut from
+BuildKit's tar of the filesystem the install leaves (image/layercut.py, pipeline/obtain.py
+_cut_splice), its history entry made by rest_history from the donor's heavy install, and put in
+place by with_rest.
 
 The config's inline cache (`moby.buildkit.cache.v0`) is dropped: its records index the top's
 layers. The target's cache tag stays on the image that carries the heavy steps' results
