@@ -1117,3 +1117,51 @@ def test_a_401_without_a_challenge_and_a_head_without_a_length(canned, config):
     routes["/v2/p/manifests/t"] = (200, {"Content-Type": OCI_MANIFEST, "Content-Length": None,
                                          "Docker-Content-Digest": sha(b"m")}, b"")
     assert registry.manifest_descriptor(repo, "t")["size"] == 0
+
+
+# --- a splice's cut rest layer (image/layercut.py) behind credentials ------------------------
+
+def _tar(*files: tuple[str, bytes]) -> bytes:
+    import io
+    import tarfile
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in files:
+            m = tarfile.TarInfo(name)
+            m.size = len(data)
+            tf.addfile(m, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("auth", ["basic", "token"])
+def test_a_cut_layer_is_read_and_streamed_behind_credentials(auth, request, config):
+    """The cut reads the layers under the rest install from the registry and streams the layer
+    it cuts into it, its size unknown until its end (a body that cannot be sent twice): both
+    with the credentials a user logged in with, Basic or a Bearer token for push."""
+    import gzip
+    import io
+
+    from imgbuild.image import layercut, splice, wire
+    from imgbuild.image.compression import GZIP
+
+    if auth == "basic":
+        reg, users = request.getfixturevalue("basic")
+        user, password = "alice", users["alice"]
+    else:
+        reg, _, accounts = request.getfixturevalue("token")
+        user, password = "pusher", accounts["pusher"][0]
+    login(config, reg.host, user, password)
+    repo = Repository.parse(f"{reg.host}/cut-{auth}")
+    lower_tar = _tar(("etc/os-release", b"debian"), ("usr/bin/python3", b"ELF"))
+    lower = registry.put_blob(repo, gzip.compress(lower_tar, mtime=0))
+    below = layercut.lower_entries([io.BytesIO(splice.decompressed(
+        GZIP.media_type, registry.get_blob(repo, lower)))])
+    assert set(below) == {"etc/os-release", "usr/bin/python3"}
+    fs = _tar(("etc/os-release", b"debian"), ("usr/bin/python3", b"ELF"),
+              ("opt/venv/six.py", b"x = 1\n" * 50_000))
+    stats = layercut.Cut()
+    diff_id, held = wire.send_stream(layercut.cut(io.BytesIO(fs), below, stats), repo, GZIP,
+                                     lambda e: None, "rest")
+    assert stats.kept == 1
+    got = gzip.decompress(registry.get_blob(repo, held.digest))
+    assert sha(got) == diff_id and b"x = 1\n" * 50_000 in got and b"debian" not in got
