@@ -242,6 +242,8 @@ def test_an_engine_bump_is_spliced_in_the_registry_and_is_the_image_built_whole(
         # No patch step: the rest layer is cut from the filesystem BuildKit streams, never
         # exported into the Engine (image/layercut.py).
         assert "the rest layer cut from the built filesystem" in r.stderr, r.stderr[-2000:]
+        # While the tar streams, BuildKit says nothing: the status line says what is read.
+        assert "the built filesystem streamed out" in r.stderr
 
         # Two builds side by side, a log each: the rest install (the filesystem streamed out)
         # and the top without it (built, checked and sent while the install ran).

@@ -3,6 +3,7 @@ only with the legacy builder, which has no build secrets), showing the step that
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -122,9 +123,13 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
         lines = proc.stderr if tar_sink else proc.stdout
         assert lines is not None
         if tar_sink:
+            def streamed(n: int) -> None:
+                status(f"building {tag}: the built filesystem streamed out",
+                       f"{human_bytes(n)} read")
+
             def drain() -> None:
                 try:
-                    tar_sink(proc.stdout)
+                    tar_sink(_Counted(proc.stdout, streamed))
                     while proc.stdout.read(1 << 20):  # the tar's padding: BuildKit ends well
                         pass
                 except BaseException as e:  # raised below, once the build is stopped
@@ -212,6 +217,29 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     for ref in imported:
         progress.note(f"  cache read from {ref}")
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported, flags)
+
+
+class _Counted(io.RawIOBase):
+    """A stream whose reads are counted and said at most once a second: the status line while
+    BuildKit's tar streams out (its own log is silent from "sending tarball" to its end)."""
+
+    def __init__(self, f: IO[bytes], say: Callable[[int], None]) -> None:
+        super().__init__()
+        self.f = f
+        self.say = say
+        self.read_bytes = 0
+        self.said = 0.0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.read_bytes += len(data)
+        if (now := time.monotonic()) - self.said >= 1.0:
+            self.said = now
+            self.say(self.read_bytes)
+        return data
 
 
 # uv, where its output is not a terminal: " Downloading torch (174.8MiB)", " Downloaded torch".
