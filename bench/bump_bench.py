@@ -91,12 +91,38 @@ def fresh_runner():
             del os.environ["DOCKER_HOST"]
 
 
+def main_log(logs: Path) -> str:
+    """The build's log. A cut splice builds its top beside the rest install, in a log of its
+    own (*.top.build.log): its time is inside the rest install's."""
+    return next(p for p in logs.glob("*.build.log") if not p.name.endswith(".top.build.log")
+                ).read_text(errors="replace")
+
+
+# uv's own account of an install step, and BuildKit's of the tar it streams out.
+_UV_TOOK = re.compile(r"^#(\d+) [\d.]+ (Prepared \d+ packages?|Installed \d+ packages?|"
+                      r"Bytecode compiled \d+ files?) in (?:(\d+)m )?([\d.]+)(ms|s)$", re.M)
+_STREAMED = re.compile(r"^#\d+ sending tarball ([\d.]+)s done$", re.M)
+_PHASES = {"Prepared": "fetch_s", "Installed": "copy_s", "Bytecode": "compile_s"}
+
+
+def rest_install_phases(logs: Path) -> dict:
+    """The rest install's time as uv gives it (fetch: download and unpack into its cache;
+    copy: into the venv; compile: bytecode), and the streamed tar's (a cut splice)."""
+    log = main_log(logs)
+    step = re.search(r"^#(\d+) \[[^\]]*\] RUN .*-r /opt/imgbuild/rest\.txt", log, re.M)
+    out: dict = {}
+    for m in _UV_TOOK.finditer(log):
+        if step and m.group(1) == step.group(1):
+            secs = float(m.group(4)) / (1000 if m.group(5) == "ms" else 1)
+            out[_PHASES[m.group(2).split()[0]]] = round(int(m.group(3) or 0) * 60 + secs, 1)
+    if streamed := _STREAMED.search(log):
+        out["tar_streamed_cut_sent_s"] = float(streamed.group(1))
+    return out
+
+
 def heavy_cached(logs: Path) -> bool:
     """Whether the build log says the heavy install step came from the cache."""
-    # A cut splice builds its top beside the rest install (*.top.build.log): its time is in
-    # the rest install's.
-    log = next(p for p in logs.glob("*.build.log") if not p.name.endswith(".top.build.log")
-               ).read_text(errors="replace")
+    log = main_log(logs)
     step = re.search(r"^#(\d+) \[[^\]]*\] RUN .*-r /opt/imgbuild/heavy", log, re.M)
     return bool(step) and re.search(rf"^#{step.group(1)} CACHED$", log, re.M) is not None
 
@@ -109,10 +135,7 @@ def cache_layer_times(logs: Path, build_s: float) -> dict:
     """Where the build's time went, from BuildKit's log: the longest pull of a cached layer
     from the registry (they run side by side), the steps that ran, and what the log does not
     itemise (BuildKit 0.8 logs no time for unpacking the pulled layers, nor for exporting)."""
-    # A cut splice builds its top beside the rest install (*.top.build.log): its time is in
-    # the rest install's.
-    log = next(p for p in logs.glob("*.build.log") if not p.name.endswith(".top.build.log")
-               ).read_text(errors="replace")
+    log = main_log(logs)
     pull = max((float(x) for x in _PULLED.findall(log)), default=0.0)
     steps = round(sum(float(x) for x in _DONE.findall(log)), 1)
     return {"pull_s": pull, "steps_s": steps, "unitemised_s": round(build_s - pull - steps, 1)}
@@ -140,6 +163,7 @@ def bump(args_target: str, model: list[str], repo_name: str, proj: Path, logs: P
             # all but `docker build`: the push (the image read out of the Engine, compressed,
             # sent) and, before the build, the plan and the smoke model fetched by its key
             "push_s": round(secs - build_s, 1), "build_time": cache_layer_times(logs, build_s),
+            "rest_install": rest_install_phases(logs),
             "index_bytes": fetched_bytes(logs),
             "sent_bytes": dir_bytes(scratch / "r") - before,
             "pushed_layer_bytes": new["push"]["sent_bytes"],
