@@ -753,3 +753,32 @@ def test_a_signal_during_a_push_moves_no_tag_and_a_rerun_completes(docker_client
         assert manifest_digest(r, "tiny-cpu") == manifest_digest(r, content) is not None
     finally:
         reg.stop()
+
+
+SWEEP = """
+import importlib, os, subprocess, sys, time
+m = importlib.import_module("imgbuild.cli.main")  # the module (imgbuild.cli.main is its main())
+m._end_children()  # as a signal does: from now on every child is ended, but clean-up commands
+env = dict(os.environ, IMGBUILD_CLEANUP="1")
+# A slow exec, as under load: the child waits 0.1 s between fork and exec.
+killed = sum(subprocess.run(["true"], env=env, preexec_fn=lambda: time.sleep(0.1)).returncode
+             != 0 for _ in range(int(sys.argv[1])))
+t = time.monotonic()
+other = subprocess.run(["sleep", "30"])  # no mark: ended by the sweep
+print(killed, other.returncode, round(time.monotonic() - t, 1))
+"""
+
+
+def test_the_sweep_after_a_signal_spares_clean_up_commands_and_ends_the_rest():
+    """After Ctrl-C or SIGTERM, imgbuild ends its children (uv, the docker client) from a sweep
+    every 50 ms, but not the clean-up commands it starts on the way out (`docker rm -f` of a
+    served container). A child between fork and exec still has imgbuild's environment, without
+    the clean-up mark: read then, a clean-up command was ended too (2 of 300 `docker --version`
+    here, more under load, all 20 of these whose exec waits 0.1 s), and a served container
+    outlived `imgbuild run`."""
+    r = subprocess.run([sys.executable, "-c", SWEEP, "20"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    killed, other, secs = r.stdout.split()
+    assert killed == "0"
+    assert int(other) == -signal.SIGTERM and float(secs) < 10
