@@ -44,8 +44,11 @@ def _children() -> list[int]:
             if os.readlink(f"/proc/{pid}/exe") == program:
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if CLEANUP_MARK not in f.read().split(b"\0"):
-                    found.append(int(pid))
+                environ = f.read()
+            # Inside exec the new program is named before its environment is copied in: an
+            # empty environment is one not written yet, read again at the next sweep.
+            if environ and CLEANUP_MARK not in environ.split(b"\0"):
+                found.append(int(pid))
         except (OSError, ValueError, IndexError):
             continue
     return found
