@@ -93,7 +93,7 @@ class Containerd:
     ("overlayfs", or "native" where overlayfs cannot mount) and `snapshotter_reason` (why),
     `log` (the daemon's log file)."""
 
-    def __init__(self, workdir: Path, *, namespace: str = NAMESPACE):
+    def __init__(self, workdir: Path, *, namespace: str = NAMESPACE, debug: bool = False):
         tools = find_tools()
         if isinstance(tools, str):
             raise EnvError(tools.removeprefix("skipped: "))
@@ -111,6 +111,13 @@ class Containerd:
         self.snapshotter = ""
         self.snapshotter_reason = ""
         self._proc: subprocess.Popen | None = None
+        self.debug = debug  # serve Go's pprof on debug_sock (bench/pull_profile_bench.py)
+        self.debug_sock = ""
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -119,6 +126,7 @@ class Containerd:
             d.mkdir(parents=True, exist_ok=True)
         self._sockdir = _short_dir()
         self.sock = str(self._sockdir / "containerd.sock")
+        self.debug_sock = str(self._sockdir / "debug.sock") if self.debug else ""
         disabled = ", ".join(f'"{p}"' for p in UNUSED_PLUGINS)
         self.config.write_text(f"""version = 2
 root = "{self.root}"
@@ -132,7 +140,7 @@ disabled_plugins = [{disabled}]
   address = "{self.sock}.ttrpc"
 
 [debug]
-  address = ""
+  address = "{self.debug_sock}"
 
 [metrics]
   address = ""
