@@ -299,3 +299,26 @@ def test_the_headline_image_without_a_gpu_ends_with_the_doctors_diagnosis(docker
     assert any("No accelerator" in line for line in doc["log_tail"])
     assert containers("tiny-nvfp4") == []
 
+
+
+def test_a_container_that_could_not_be_removed_is_reported(monkeypatch):
+    """`imgbuild run` removes its container on the way out; when `docker rm -f` fails (the
+    daemon went away) the caller is told why, to warn that a served container may still hold
+    its GPU and port, instead of the failure passing in silence."""
+    from imgbuild.image import launch
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    said = launch.remove("imgbuild-run-gone")
+    assert said and "Cannot connect to the Docker daemon" in said
+
+
+@pytest.mark.docker
+def test_removing_a_container_that_runs_or_is_gone_is_no_failure(docker_client, tiny_image):
+    from imgbuild.image import launch
+
+    name = f"imgbuild-test-rm-{os.getpid()}"
+    docker_client.containers.run(tiny_image, entrypoint=["sleep", "60"], name=name,
+                                 detach=True)
+    assert launch.remove(name) is None
+    assert not docker_client.containers.list(all=True, filters={"name": name})
+    assert launch.remove(name) is None  # already gone: `docker rm -f` says so and exits 0

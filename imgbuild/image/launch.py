@@ -90,9 +90,19 @@ def _start_hint(said: str) -> str:
     return "see the docker client's message above"
 
 
-def remove(name: str) -> None:
-    """Stop and remove the container: even while imgbuild itself is being stopped."""
-    daemon.run_cli(["rm", "-f", name], capture_output=True, cleanup=True, timeout=120)
+def remove(name: str) -> str | None:
+    """Stop and remove the container: even while imgbuild itself is being stopped. None when
+    it is gone; else the client's words (the daemon went away, say), for the caller to tell
+    the user that a served container may still hold its GPU and port."""
+    try:
+        r = daemon.run_cli(["rm", "-f", name], capture_output=True, text=True, cleanup=True,
+                           timeout=120)
+    except subprocess.TimeoutExpired:
+        return "`docker rm -f` did not finish in 120 s"
+    if r.returncode == 0 or "no such container" in r.stderr.lower():
+        return None
+    said = (r.stderr or r.stdout).strip()
+    return said.splitlines()[-1] if said else f"`docker rm -f` exited {r.returncode}"
 
 
 def watch(launch: Launch, container_id: str, *, timeout_s: float,

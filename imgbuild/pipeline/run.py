@@ -226,8 +226,10 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                              log_tail=tuple(log.splitlines()[-40:]), kept=keep, **base)
         return RunReport(status="stopped", container_exit=code, kept=keep, **base)
     finally:
-        if not left:
-            container.remove(launch.name)
+        if not left and (said := container.remove(launch.name)):
+            progress.note(f"container {launch.name} was not removed ({said}): it may still "
+                          f"run and hold its GPU and port; `docker rm -f {launch.name}` "
+                          "once the daemon answers", level="warn")
 
 
 def default_model_cache() -> Path:
