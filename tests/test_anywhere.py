@@ -120,7 +120,10 @@ def test_the_generators_build_log_and_output_are_kept_in_the_log_dir(images_copy
         key = json.loads(r.stdout)["key"]
         build_log = (logs / f"{tag}.build.log").read_text()
         assert re.search(r"^#\d+ \[[^\]]*\] RUN .*-r /opt/imgbuild/heavy", build_log, re.M)
-        assert f"naming to docker.io/library/{ref} done" in build_log
+        # BuildKit's plain progress writes "naming to REF done", or "naming to REF 0.0s done"
+        # where the step spanned two of its display ticks (seen under load).
+        assert re.search(rf"naming to docker\.io/library/{re.escape(ref)}( [\d.]+s)? done",
+                         build_log), build_log[-2000:]
         made = (logs / f"smoke-model-tiny-nvfp4-{key[:16]}.generate.log").read_text()
         assert made.startswith("$ ") and "--network none" in made.splitlines()[0]
         assert f"--key {key}" in made.splitlines()[0] and len(made.splitlines()) > 1
