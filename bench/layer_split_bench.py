@@ -14,7 +14,7 @@ the two images hold the same files.
 Results: bench/results/layer-split-IMAGE.json.
 """
 import argparse
-import hashlib
+import gzip
 import io
 import json
 import os
@@ -111,7 +111,6 @@ def split_image(repo_name: str, comp_name: str, part: int) -> tuple[str, list[di
         src = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
             r.raw, read_across_frames=True), 1 << 20)
     else:
-        import gzip
         src = gzip.GzipFile(fileobj=r.raw)
     comp = compression(comp_name)
     new = []
@@ -132,8 +131,7 @@ def split_image(repo_name: str, comp_name: str, part: int) -> tuple[str, list[di
         history.append(h)
     cfg["history"] = history
     body = json.dumps(cfg, separators=(",", ":")).encode()
-    digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    wire._upload(repo, f"{repo.path}/blobs", repo.scope("pull", "push"), iter([body]), digest)
+    digest = registry.put_blob(repo, body)
     wire.put_manifest(repo, "split", wire.image_manifest(digest, len(body), layers))
     return f"{REG}/{repo_name}:split", [{"compressed": d["size"],
                                           "tar": int(d["annotations"][wire.TAR_SIZE])}

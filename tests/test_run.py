@@ -300,7 +300,6 @@ def test_the_headline_image_without_a_gpu_ends_with_the_doctors_diagnosis(docker
     assert containers("tiny-nvfp4") == []
 
 
-
 def test_a_container_that_could_not_be_removed_is_reported(monkeypatch):
     """`imgbuild run` removes its container on the way out; when `docker rm -f` fails (the
     daemon went away) the caller is told why, to warn that a served container may still hold
