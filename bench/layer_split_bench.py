@@ -9,15 +9,19 @@ A check in each pulled Engine image (torch imports; the parent directories' meta
 the two images hold the same files.
 
     IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/layer_split_bench.py \
-        --image imgbuild:sglang-blackwell-tiny-nvfp4 [--part-gib 1] [--rounds 2]
+        --image imgbuild:sglang-blackwell-tiny-nvfp4 [--part-gib 1] [--rounds 2] [--kubelet]
 
-Results: bench/results/layer-split-IMAGE.json.
+--kubelet: containerd pulls through its CRI plugin as a kubelet does, which applies a layer
+while later ones still download; without it, `ctr images pull`, which in containerd 1.6
+fetches every blob before unpacking any (so parts cannot overlap there at all).
+Results: bench/results/layer-split-IMAGE.json (-kubelet.json with --kubelet).
 """
 import argparse
 import gzip
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,7 +42,7 @@ from imgbuild.image import registry, wire  # noqa: E402
 from imgbuild.image.compression import compression  # noqa: E402
 from imgbuild.image.layercut import BLOCK, _members, _norm, _padded  # noqa: E402
 from tests import fresh_engine as fe  # noqa: E402
-from tests.containerd import containerd_daemon  # noqa: E402
+from tests.containerd import Containerd  # noqa: E402
 
 REG = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 # Not `ls -l`: overlayfs reports a link count of 1 for a directory merged from several
@@ -149,10 +153,13 @@ def engine_pull(ref: str) -> tuple[float, str]:
         return secs, " ".join(r.stdout.split())[:60]
 
 
-def containerd_pull(ref: str, work: Path) -> float:
-    with containerd_daemon(Path(tempfile.mkdtemp(dir=work))) as c:
+def containerd_pull(ref: str, work: Path, kubelet: bool, bin_dir: Path | None) -> float:
+    with Containerd(Path(tempfile.mkdtemp(dir=work)), cri=kubelet, bin_dir=bin_dir) as c:
         t = time.perf_counter()
-        c.pull(ref, timeout=3600)
+        if kubelet:
+            c.kubelet_pull(ref, timeout=3600)
+        else:
+            c.pull(ref, timeout=3600)
         return round(time.perf_counter() - t, 1)
 
 
@@ -162,13 +169,23 @@ def main() -> None:
     ap.add_argument("--part-gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workdir", default="/var/lib/imgbuild/bench")
+    ap.add_argument("--kubelet", action="store_true",
+                    help="containerd pulls as a kubelet does (CRI PullImage: each layer unpacked "
+                         "while later ones download), not by `ctr images pull`")
+    ap.add_argument("--containerd-bin", type=Path,
+                    help="a directory with another release's containerd, ctr and shims")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     client = docker.from_env(timeout=3600)
     img = client.images.get(args.image)
     out: dict = {"machine": machine(), "image": args.image, "image_id": img.id,
-                 "unpacked_bytes": int(img.attrs["Size"]), "part_gib": args.part_gib}
+                 "unpacked_bytes": int(img.attrs["Size"]), "part_gib": args.part_gib,
+                 "containerd_client": "CRI PullImage" if args.kubelet else "ctr images pull",
+                 "containerd": subprocess.run([str(args.containerd_bin / "containerd")
+                                               if args.containerd_bin else "containerd",
+                                               "--version"], capture_output=True,
+                                              text=True).stdout.strip()}
     refs = {}
     for c in ("zstd", "gzip"):
         repo = f"bench-split-{c}-{uuid.uuid4().hex[:8]}"
@@ -184,7 +201,9 @@ def main() -> None:
     rows = []
     for _ in range(args.rounds):
         for v in ("whole", "split"):
-            row = {"image": v, "containerd_zstd_s": containerd_pull(refs["zstd"][v], work)}
+            row = {"image": v, "containerd_zstd_s": containerd_pull(refs["zstd"][v], work,
+                                                                 args.kubelet,
+                                                                 args.containerd_bin)}
             row["engine_gzip_s"], row["check"] = engine_pull(refs["gzip"][v])
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -194,8 +213,13 @@ def main() -> None:
             got = [r[k] for r in rows if r["image"] == v]
             out.setdefault("mean", {}).setdefault(v, {})[k] = round(sum(got) / len(got), 1)
     out["same_files"] = len({r["check"] for r in rows}) == 1
-    name = args.image.split("/")[-1].replace(":", "-")
-    path = ROOT / "bench" / "results" / f"layer-split-{name}.json"
+    # another containerd's results beside the system's: -containerd1.7.24
+    other = ("-containerd" + re.search(r" v?(\d+\.\d+\.\d+)", out["containerd"])[1]
+             if args.containerd_bin else "")
+    # The repository and tag, without a content tag's hash: one file per image, rewritten.
+    name = re.sub(r"-[0-9a-f]{16}$", "", args.image.split("/")[-1]).replace(":", "-")
+    path = ROOT / "bench" / "results" / (f"layer-split-{name}" + ("-kubelet" if args.kubelet
+                                                                   else "") + other + ".json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

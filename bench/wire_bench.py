@@ -1,7 +1,8 @@
 """Push and cold pull of a target's image, side by side in one run: the Engine's own push and
 pull (gzip on one core: today's), imgbuild's push in gzip and in zstd (every core), and cold
-pulls by the Docker Engine (with and without unpigz on its PATH) and by containerd (as a
-Kubernetes node pulls).
+pulls by the Docker Engine (with and without unpigz on its PATH) and by containerd's `ctr images
+pull` (which fetches every blob before unpacking: bench/node_pull_bench.py pulls as a kubelet
+does, through containerd's CRI).
 
     IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/wire_bench.py \
         [--target sglang-blackwell-slim] [--model k2.6]

@@ -14,15 +14,27 @@ it with `ctr`, so a test can ask "would a node accept this image, and as which d
             digest = ctrd.pull("127.0.0.1:5000/repo:tag")       # "sha256:…"
             out = ctrd.run("127.0.0.1:5000/repo:tag", ["python", "-m", "x"])  # CompletedProcess
 
-What it is not: the CRI plugin is off (no kubelet talks to it), there is no CNI (a container
-gets a network namespace with loopback only), and `run` replaces the image's entrypoint and cmd
-with `args` (ctr's semantics; a pod's `command` does the same).
+Two ways to pull. `pull` is `ctr images pull`: containerd 1.6's ctr fetches every blob first
+and unpacks after (cmd/ctr/commands/images/pull.go, the non-transfer path). A kubelet calls the
+CRI plugin's ImageService/PullImage instead, which pulls with unpack on: each layer is applied
+as soon as its download ends while later layers still download (pkg/cri/server/image_pull.go,
+client.Pull(WithPullUnpack)). `Containerd(workdir, cri=True)` turns the CRI plugin on and
+`kubelet_pull` calls PullImage over the daemon's gRPC socket, so a benchmark times what a node
+times; its images live in CRI's namespace, k8s.io, which `digest` and `run` then use.
+
+What it is not: no kubelet and no pods (only the image service is called), there is no CNI (a
+container gets a network namespace with loopback only), and `run` replaces the image's
+entrypoint and cmd with `args` (ctr's semantics; a pod's `command` does the same).
 
 Facts measured here (Debian containerd 1.6.20, runc 1.1.5, kernel 6.18, root, cgroup v1): the
 daemon answers in ~0.1 s; pulling the 63 MiB base image from the local registry takes ~5 s
 (mostly unpacking); the overlayfs snapshotter works; `ctr run` works (runc, overlay mounts and
 cgroups are allowed) and returns the container's exit status. An OCI manifest with
-tar+zstd layers (hand-pushed to the registry) pulled as the registry's digest and ran.
+tar+zstd layers (hand-pushed to the registry) pulled as the registry's digest and ran. With the
+CRI plugin on (and no CNI), the daemon still answers at once and PullImage works on 1.6.20 and
+on Debian trixie's 1.7.24 (`bin_dir`: its .deb unpacked elsewhere); a pulled 9.37 GB SGLang
+image in zstd: `ctr images pull` 80.3 s, CRI 1.6 69.8 s, CRI 1.7 60.9 s
+(bench/node_pull_bench.py).
 """
 
 from __future__ import annotations
@@ -45,10 +57,13 @@ import pytest
 from imgbuild.errors import EnvError, ImgbuildError
 
 NAMESPACE = "imgbuild-test"
+CRI_NAMESPACE = "k8s.io"  # where the CRI plugin keeps the images a kubelet pulled
+CRI = "io.containerd.grpc.v1.cri"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # The snapshotters containerd would try and log a warning for; off, so its log says only what
-# matters. overlayfs and native stay: the first is a node's, the second the fallback.
-UNUSED_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs",
+# matters. overlayfs and native stay: the first is a node's, the second the fallback. The CRI
+# plugin is off unless asked for (cri=True): it starts a stream server and looks for CNI.
+UNUSED_PLUGINS = ("io.containerd.snapshotter.v1.aufs",
                   "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
                   "io.containerd.snapshotter.v1.zfs")
 
@@ -70,11 +85,14 @@ class Tools:
     runc: str | None  # only `run` needs it
 
 
-def find_tools() -> Tools | str:
-    """The binaries, or why this machine cannot host the harness (a skip reason)."""
-    containerd, ctr = shutil.which("containerd"), shutil.which("ctr")
+def find_tools(bin_dir: Path | None = None) -> Tools | str:
+    """The binaries (containerd and ctr from bin_dir when given: another release unpacked
+    beside the system's), or why this machine cannot host the harness (a skip reason)."""
+    path = None if bin_dir is None else str(bin_dir)
+    containerd, ctr = shutil.which("containerd", path=path), shutil.which("ctr", path=path)
     if not containerd or not ctr:
-        return ("skipped: containerd and ctr are not both on PATH "
+        return (f"skipped: containerd and ctr are not both in {bin_dir}" if bin_dir else
+                "skipped: containerd and ctr are not both on PATH "
                 "(Debian: apt-get install containerd)")
     if os.geteuid() != 0:
         return "skipped: containerd needs root (it mounts snapshots and owns its state)"
@@ -93,13 +111,17 @@ class Containerd:
     ("overlayfs", or "native" where overlayfs cannot mount) and `snapshotter_reason` (why),
     `log` (the daemon's log file)."""
 
-    def __init__(self, workdir: Path, *, namespace: str = NAMESPACE, debug: bool = False):
-        tools = find_tools()
+    def __init__(self, workdir: Path, *, namespace: str = NAMESPACE, debug: bool = False,
+                 cri: bool = False, bin_dir: Path | None = None):
+        tools = find_tools(bin_dir)
         if isinstance(tools, str):
             raise EnvError(tools.removeprefix("skipped: "))
         self.tools = tools
         self.workdir = Path(workdir)
-        self.namespace = namespace
+        self.cri = cri
+        # With CRI on, ctr looks where the kubelet's pulls land, so digest() and run() see them.
+        self.namespace = CRI_NAMESPACE if cri else namespace
+        self.hosts_dir = self.workdir / "certs.d"  # CRI's registry hosts (config_path)
         self.root = self.workdir / "root"
         self.state = self.workdir / "state"
         self.runc_root = self.workdir / "runc"  # not /run/containerd/runc, the system's
@@ -127,7 +149,7 @@ class Containerd:
         self._sockdir = _short_dir()
         self.sock = str(self._sockdir / "containerd.sock")
         self.debug_sock = str(self._sockdir / "debug.sock") if self.debug else ""
-        disabled = ", ".join(f'"{p}"' for p in UNUSED_PLUGINS)
+        disabled = ", ".join(f'"{p}"' for p in UNUSED_PLUGINS + (() if self.cri else (CRI,)))
         self.config.write_text(f"""version = 2
 root = "{self.root}"
 state = "{self.state}"
@@ -147,11 +169,15 @@ disabled_plugins = [{disabled}]
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.workdir / 'opt'}"
-""")
+{self._cri_config() if self.cri else ""}""")
         with open(self.log, "ab") as log:
             # Its own session: a Ctrl-C at the terminal reaches pytest, which tears it down.
+            # Its own directory first on PATH: containerd finds its shims there, so a release
+            # unpacked elsewhere runs containers with its own shim, not the system's.
+            env = os.environ | {"PATH": f"{Path(self.tools.containerd).parent}:"
+                                        f"{os.environ.get('PATH', '')}"}
             self._proc = subprocess.Popen([self.tools.containerd, "--config", str(self.config)],
-                                          stdout=log, stderr=subprocess.STDOUT,
+                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
@@ -165,6 +191,27 @@ disabled_plugins = [{disabled}]
                                  f"(ctr version: {r.stderr.strip()})")
             time.sleep(0.1)
         self._choose_snapshotter()
+
+    def _cri_config(self) -> str:
+        # A kubelet's defaults but for what must stay inside workdir: no TCP stream server,
+        # CNI looked for under workdir (there is none: PullImage does not need it), registry
+        # hosts read from hosts_dir (kubelet_pull writes one per plain-HTTP registry).
+        # max_concurrent_downloads stays at CRI's default, 3, as on a node.
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        return f"""
+[plugins."{CRI}"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  [plugins."{CRI}".containerd]
+    snapshotter = "overlayfs"
+  [plugins."{CRI}".cni]
+    bin_dir = "{self.workdir / 'cni' / 'bin'}"
+    conf_dir = "{self.workdir / 'cni' / 'conf'}"
+  [plugins."{CRI}".registry]
+    config_path = "{self.hosts_dir}"
+"""
 
     def _fail_start(self, what: str) -> None:
         tail = self.log.read_text(errors="replace").splitlines()[-15:] if self.log.exists() else []
@@ -203,7 +250,8 @@ disabled_plugins = [{disabled}]
                 self._proc.wait(15)
         self._proc = None
         self._unmount_under(self.workdir)
-        for d in (self.root, self.state, self.runc_root, self.fifo_dir, self.workdir / "opt"):
+        for d in (self.root, self.state, self.runc_root, self.fifo_dir, self.workdir / "opt",
+                  self.hosts_dir):
             shutil.rmtree(d, ignore_errors=True)
         if self._sockdir is not None:
             shutil.rmtree(self._sockdir, ignore_errors=True)
@@ -271,6 +319,38 @@ disabled_plugins = [{disabled}]
                             hint="ctr's message above is what a node's kubelet would report")
         return self.digest(ref)
 
+    def kubelet_pull(self, ref: str, *, plain_http: bool = True, timeout: float = 1800) -> str:
+        """Pull `ref` as a kubelet does: the CRI plugin's ImageService/PullImage over gRPC
+        (download and unpack overlapped, 3 downloads at once). Needs `cri=True`. Returns the
+        digest containerd recorded for it, as `pull` does."""
+        if not self.cri:
+            raise EnvError("kubelet_pull needs the CRI plugin: Containerd(workdir, cri=True)")
+        if self.snapshotter != "overlayfs":
+            raise EnvError(f"the CRI plugin here unpacks into overlayfs, which cannot be used "
+                           f"({self.snapshotter_reason})")
+        import grpc
+
+        host = ref.split("/", 1)[0]
+        if plain_http:
+            d = self.hosts_dir / host
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "hosts.toml").write_text(f'server = "http://{host}"\n'
+                                          f'[host."http://{host}"]\n'
+                                          f'  capabilities = ["pull", "resolve"]\n')
+        request, response = _cri_pull_messages()
+        with grpc.insecure_channel(f"unix://{self.sock}") as channel:
+            call = channel.unary_unary("/runtime.v1.ImageService/PullImage",
+                                       request_serializer=request.SerializeToString,
+                                       response_deserializer=response.FromString)
+            try:
+                call(request(image={"image": ref}), timeout=timeout)
+            except grpc.RpcError as e:
+                raise CtrFailed(f"containerd's CRI could not pull {ref}",
+                                argv=["PullImage", ref], returncode=1,
+                                stderr=f"{e.code().name}: {e.details()}",  # type: ignore[attr-defined]
+                                hint="this is what a node's kubelet would report") from None
+        return self.digest(ref)
+
     def digest(self, ref: str) -> str:
         """The digest containerd holds for image `ref`, read from `ctr images ls`."""
         r = self.ctr("images", "ls", timeout=60)
@@ -317,16 +397,40 @@ disabled_plugins = [{disabled}]
         return r
 
 
+def _cri_pull_messages() -> tuple[type, type]:
+    """PullImageRequest and PullImageResponse of the CRI API (k8s.io/cri-api, package
+    runtime.v1), built from their descriptors with protobuf: only the fields a pull by
+    reference sends and reads (ImageSpec.image = 1; PullImageRequest.image = 1;
+    PullImageResponse.image_ref = 1). Unknown fields in a reply are kept, not refused."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fd = descriptor_pb2.FieldDescriptorProto
+    f = descriptor_pb2.FileDescriptorProto(name="imgbuild/cri_pull.proto", package="runtime.v1",
+                                           syntax="proto3")
+    f.message_type.add(name="ImageSpec").field.add(
+        name="image", number=1, type=fd.TYPE_STRING, label=fd.LABEL_OPTIONAL)
+    f.message_type.add(name="PullImageRequest").field.add(
+        name="image", number=1, type=fd.TYPE_MESSAGE, label=fd.LABEL_OPTIONAL,
+        type_name=".runtime.v1.ImageSpec")
+    f.message_type.add(name="PullImageResponse").field.add(
+        name="image_ref", number=1, type=fd.TYPE_STRING, label=fd.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"runtime.v1.{n}"))
+                 for n in ("PullImageRequest", "PullImageResponse"))  # type: ignore[return-value]
+
+
 def _text(b: bytes | str | None) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
 
 @contextlib.contextmanager
-def containerd_daemon(tmp_path: Path) -> Iterator[Containerd]:
-    """A started Containerd under tmp_path/containerd, stopped and cleaned up on exit; skips
-    the test when this machine has no containerd, ctr or root."""
+def containerd_daemon(tmp_path: Path, *, cri: bool = False) -> Iterator[Containerd]:
+    """A started Containerd under tmp_path/containerd (with the CRI plugin on: cri=True),
+    stopped and cleaned up on exit; skips the test when this machine has no containerd, ctr
+    or root."""
     tools = find_tools()
     if isinstance(tools, str):
         pytest.skip(tools)
-    with Containerd(Path(tmp_path) / "containerd") as c:
+    with Containerd(Path(tmp_path) / "containerd", cri=cri) as c:
         yield c

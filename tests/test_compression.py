@@ -214,8 +214,9 @@ def test_containerd_pulls_the_zstd_image_and_runs_its_smoke_payload(pushed_both_
     z = pushed_both_ways["zstd"]
     ref = z["content_tag"]
     digest = z["pushed"][0].rpartition("@")[2]
-    with containerd_daemon(tmp_path) as ctrd:
-        assert ctrd.pull(ref) == digest
+    # As a node pulls it: the kubelet's CRI PullImage, layers unpacked while others download.
+    with containerd_daemon(tmp_path, cri=True) as ctrd:
+        assert ctrd.kubelet_pull(ref) == digest
         a = render.ASSETS
         r = ctrd.run(ref, ["python", f"{a}/smoke.py", "--lock", f"{a}/lock.txt", "--model",
                            f"{a}/smoke-model", "--facts", f"{a}/image.json", "--gpu", "off",

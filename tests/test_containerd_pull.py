@@ -1,5 +1,6 @@
 """The containerd harness (tests/containerd.py) against the shared registry: what the Engine
-pushed, containerd pulls as the same digest and runs; a tag that does not exist fails, named."""
+pushed, containerd pulls as the same digest and runs, by `ctr images pull` and as a kubelet
+does (CRI PullImage); a tag that does not exist fails, named."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 import requests
+
+from imgbuild.errors import ImgbuildError
 
 from .conftest import REGISTRY_HOST, registry_available
 from .containerd import Containerd, CtrFailed, containerd_daemon
@@ -86,3 +89,61 @@ def test_run_of_an_image_it_does_not_hold_raises(ctrd: Containerd):
     with pytest.raises(CtrFailed) as e:
         ctrd.run(ref, ["true"])
     assert ref in str(e.value) and "not found" in str(e.value), str(e.value)
+
+
+# -- the kubelet's way: CRI ImageService/PullImage --------------------------------------------
+
+@pytest.fixture(scope="module")
+def kubelet(tmp_path_factory) -> Iterator[Containerd]:
+    with containerd_daemon(tmp_path_factory.mktemp("cri"), cri=True) as c:
+        yield c
+
+
+def test_a_kubelet_pull_records_the_registry_digest_unpacks_and_runs(kubelet: Containerd,
+                                                                      pushed: str):
+    want = registry_digest(pushed)
+    assert kubelet.kubelet_pull(pushed) == want
+    # The CRI plugin served the pull (it logs each PullImage and what it returned), not ctr:
+    # an image ctr pulls into k8s.io gets the CRI's label too, so the label proves nothing.
+    log = kubelet.log.read_text(errors="replace")
+    assert f'PullImage \\"{pushed}\\" returns image reference' in log, log[-2000:]
+    listed = [ln for ln in kubelet.ctr("images", "ls").stdout.splitlines()[1:]
+              if ln.split()[0] == pushed]
+    assert listed and "io.cri-containerd.image=managed" in listed[0], listed
+    check = kubelet.ctr("images", "check").stdout
+    assert any(line.split()[0] == pushed and " true" in line
+               for line in check.splitlines()[1:]), check
+    r = kubelet.run(pushed, ["python3", "-c", "print(6 * 7)"])
+    assert (r.returncode, r.stdout) == (0, "42\n"), r.stderr
+
+
+def test_a_kubelet_pull_of_a_missing_tag_raises_naming_it(kubelet: Containerd, pushed: str):
+    missing = pushed.rpartition(":")[0] + ":no-such-tag"
+    with pytest.raises(CtrFailed) as e:
+        kubelet.kubelet_pull(missing)
+    # CRI's words (the gRPC status a kubelet shows in the pod's events), not ctr's.
+    assert missing in str(e.value) and "not found" in e.value.stderr, str(e.value)
+    assert e.value.stderr.startswith("NOT_FOUND: failed to pull and unpack image"), e.value.stderr
+
+
+def test_kubelet_pull_needs_the_cri_plugin(ctrd: Containerd, pushed: str):
+    # The plain harness has CRI off: asking it for a kubelet's pull says how to get one.
+    with pytest.raises(ImgbuildError) as e:
+        ctrd.kubelet_pull(pushed)
+    assert "cri=True" in str(e.value)
+
+
+def test_another_releases_binaries_are_looked_for_in_its_directory_only(tmp_path):
+    # bench/node_pull_bench.py --containerd-bin: a directory without them is named, and the
+    # system's containerd on PATH is not taken in their place.
+    from .containerd import find_tools
+
+    assert find_tools(tmp_path) == f"skipped: containerd and ctr are not both in {tmp_path}"
+    for name in ("containerd", "ctr"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    tools = find_tools(tmp_path)
+    if tools == "skipped: containerd needs root (it mounts snapshots and owns its state)":
+        pytest.skip(tools)
+    assert not isinstance(tools, str), tools
+    assert (tools.containerd, tools.ctr) == (str(tmp_path / "containerd"), str(tmp_path / "ctr"))
