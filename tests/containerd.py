@@ -316,7 +316,7 @@ disabled_plugins = [{disabled}]
         if r.returncode != 0:
             raise CtrFailed(f"containerd could not pull {ref}", argv=list(r.args),
                             returncode=r.returncode, stderr=r.stderr,
-                            hint="ctr's message above is what a node's kubelet would report")
+                            hint="ctr's own words; a kubelet pulls through CRI, whose words differ (kubelet_pull)")
         return self.digest(ref)
 
     def kubelet_pull(self, ref: str, *, plain_http: bool = True, timeout: float = 1800) -> str:
