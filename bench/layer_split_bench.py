@@ -102,13 +102,14 @@ def parts(src, part: int):
         yield one()
 
 
-def split_image(repo_name: str, comp_name: str, part: int) -> tuple[str, list[dict]]:
-    """Push `repo_name:whole` again as `repo_name:split`, its largest layer cut into parts."""
-    repo = registry.Repository.parse(f"{REG}/{repo_name}")
-    _, man = registry.get_manifest(repo, "whole")
+def split_image(repo_name: str, comp_name: str, part: int, *, reg: str = REG,
+                tag: str = "whole") -> tuple[str, list[dict]]:
+    """Push `repo_name:TAG` again as `repo_name:split`, its largest layer cut into parts."""
+    repo = registry.Repository.parse(f"{reg}/{repo_name}")
+    _, man = registry.get_manifest(repo, tag)
     cfg = json.loads(registry.get_blob(repo, man["config"]["digest"]))
     big = max(range(len(man["layers"])), key=lambda i: man["layers"][i]["size"])
-    r = requests.get(f"http://{REG}/v2/{repo_name}/blobs/{man['layers'][big]['digest']}",
+    r = requests.get(f"http://{reg}/v2/{repo_name}/blobs/{man['layers'][big]['digest']}",
                      stream=True)
     r.raw.decode_content = False
     if comp_name == "zstd":
@@ -137,7 +138,7 @@ def split_image(repo_name: str, comp_name: str, part: int) -> tuple[str, list[di
     body = json.dumps(cfg, separators=(",", ":")).encode()
     digest = registry.put_blob(repo, body)
     wire.put_manifest(repo, "split", wire.image_manifest(digest, len(body), layers))
-    return f"{REG}/{repo_name}:split", [{"compressed": d["size"],
+    return f"{reg}/{repo_name}:split", [{"compressed": d["size"],
                                           "tar": int(d["annotations"][wire.TAR_SIZE])}
                                          for _, d in new]
 

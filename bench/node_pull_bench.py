@@ -11,13 +11,17 @@ alternating, --rounds times, each into a daemon started empty:
   kubelet_gzip      today's image through CRI PullImage (a node given the Engine's push)
   kubelet2_zstd, kubelet2_gzip   the same two by the containerd in --containerd-bin (another
                     release unpacked beside the system's, e.g. Debian trixie's 1.7)
+  kubelet2p_zstd    kubelet2_zstd with --unpacks N: that containerd (>= 2.2) applies up to N
+                    layers at once (its transfer service's max_concurrent_unpacks)
+  kubelet2p_zstd_split  the same, of the zstd push with its largest layer cut at file
+                    boundaries into --split-gib parts (bench/layer_split_bench.py)
 
 and, from /proc, the CPU seconds the pulling daemon spent (its children included: the
 Engine's unpigz) and the machine's idle time during each pull.
 
     IMGBUILD_WHEELS=/opt/wheels .venv/bin/python bench/node_pull_bench.py \\
         --image imgbuild:sglang-blackwell-slim-k2.6-… [--rounds 2] \
-        [--containerd-bin DIR] [--ways engine_gzip,kubelet_zstd,…]
+        [--containerd-bin DIR [--unpacks N [--split-gib G]]] [--ways engine_gzip,…]
 
 Each push goes to a registry of its own on loopback, removed at the end. Results:
 bench/results/node-pull-IMAGE.json (IMAGE: the repository and tag, ':' as '-', a content
@@ -42,6 +46,7 @@ os.environ["IMGBUILD_BLOB_CACHE_GB"] = "0"  # compressed here, as a first push d
 
 import docker  # noqa: E402
 
+from bench.layer_split_bench import split_image  # noqa: E402
 from bench.machine import machine  # noqa: E402
 from bench.wire_bench import scratch_registry  # noqa: E402
 from imgbuild.image import registry, wire  # noqa: E402
@@ -87,13 +92,18 @@ def engine_pull(ref: str) -> dict:
         return row | {"check": r.stdout.strip() or r.stderr.strip()[-200:]}
 
 
-def containerd_pull(ref: str, work: Path, kubelet: bool, bin_dir: Path | None = None) -> dict:
-    with Containerd(Path(tempfile.mkdtemp(dir=work)), cri=kubelet, bin_dir=bin_dir) as c:
+def containerd_pull(ref: str, work: Path, kubelet: bool, bin_dir: Path | None = None,
+                    unpacks: int = 1) -> dict:
+    with Containerd(Path(tempfile.mkdtemp(dir=work)), cri=kubelet, bin_dir=bin_dir,
+                    unpacks=unpacks) as c:
         got: dict = {}
 
         def pull():
             got["digest"] = c.kubelet_pull(ref) if kubelet else c.pull(ref, timeout=3600)
         row = timed(c.pid, pull)
+        if unpacks > 1:  # what containerd did, from its debug log, not what was asked
+            said = [ln for ln in c.log.read_text().splitlines() if "image unpacked" in ln]
+            row["parallel_unpack"] = bool(said) and "parallel=true" in said[-1]
         try:
             r = c.run(ref, CHECK, timeout=600)
             check = r.stdout.strip() or r.stderr.strip()[-200:]
@@ -113,6 +123,10 @@ def main() -> None:
     ap.add_argument("--workdir", default="/var/lib/imgbuild/bench")
     ap.add_argument("--containerd-bin", type=Path,
                     help="a directory with another release's containerd, ctr and shims")
+    ap.add_argument("--unpacks", type=int, default=0,
+                    help="with --containerd-bin (>= 2.2): the kubelet2p ways, N layers at once")
+    ap.add_argument("--split-gib", type=float, default=0,
+                    help="with --unpacks: kubelet2p_zstd_split, the largest layer cut in parts")
     ap.add_argument("--ways", help="comma-separated, of the ways above (default: all there are)")
     args = ap.parse_args()
     work = Path(args.workdir)
@@ -125,6 +139,7 @@ def main() -> None:
                  "containerd": version("containerd")}
     if args.containerd_bin:
         out["containerd2"] = version(str(args.containerd_bin / "containerd"))
+        out["unpacks"] = args.unpacks or 1
     with tempfile.TemporaryDirectory(prefix="node-pull-", dir=work) as td, \
             scratch_registry(Path(td) / "r-gzip") as r_gz, \
             scratch_registry(Path(td) / "r-zstd") as r_z:
@@ -149,6 +164,16 @@ def main() -> None:
             b = args.containerd_bin
             ways["kubelet2_zstd"] = lambda: containerd_pull(z, work, kubelet=True, bin_dir=b)
             ways["kubelet2_gzip"] = lambda: containerd_pull(gz, work, kubelet=True, bin_dir=b)
+            if args.unpacks > 1:
+                u = args.unpacks
+                ways["kubelet2p_zstd"] = lambda: containerd_pull(z, work, kubelet=True,
+                                                                 bin_dir=b, unpacks=u)
+                if args.split_gib:
+                    zs, made = split_image("bench", "zstd", int(args.split_gib * (1 << 30)),
+                                           reg=r_z, tag="pull")
+                    out["split_layers"] = made
+                    ways["kubelet2p_zstd_split"] = lambda: containerd_pull(
+                        zs, work, kubelet=True, bin_dir=b, unpacks=u)
         if args.ways:
             ways = {w: ways[w] for w in args.ways.split(",")}  # a KeyError names a bad one
         rows = []

@@ -21,6 +21,10 @@ as soon as its download ends while later layers still download (pkg/cri/server/i
 client.Pull(WithPullUnpack)). `Containerd(workdir, cri=True)` turns the CRI plugin on and
 `kubelet_pull` calls PullImage over the daemon's gRPC socket, so a benchmark times what a node
 times; its images live in CRI's namespace, k8s.io, which `digest` and `run` then use.
+`bin_dir=` runs another release unpacked or built beside the system's; with containerd >= 2.2,
+`unpacks=N` sets its transfer service's max_concurrent_unpacks, through which its CRI plugin
+pulls (2.1 and newer), so up to N layers are applied at once, each into a snapshot of its own
+rebased onto its parent at commit.
 
 What it is not: no kubelet and no pods (only the image service is called), there is no CNI (a
 container gets a network namespace with loopback only), and `run` replaces the image's
@@ -112,7 +116,8 @@ class Containerd:
     `log` (the daemon's log file)."""
 
     def __init__(self, workdir: Path, *, namespace: str = NAMESPACE, debug: bool = False,
-                 cri: bool = False, bin_dir: Path | None = None):
+                 cri: bool = False, bin_dir: Path | None = None, unpacks: int = 1,
+                 log_debug: bool = False):
         tools = find_tools(bin_dir)
         if isinstance(tools, str):
             raise EnvError(tools.removeprefix("skipped: "))
@@ -135,6 +140,13 @@ class Containerd:
         self._proc: subprocess.Popen | None = None
         self.debug = debug  # serve Go's pprof on debug_sock (bench/pull_profile_bench.py)
         self.debug_sock = ""
+        # Layers applied at once by a pull (the transfer service's max_concurrent_unpacks,
+        # containerd >= 2.2, which the CRI plugin pulls through; 1, the default, is one after
+        # another). Where the snapshotter cannot rebase, containerd says so and stays at 1.
+        self.unpacks = unpacks
+        # The daemon's debug lines too: how each image was unpacked ("image unpacked ...
+        # parallel=true"), on whenever unpacks > 1 asks for something to check.
+        self.log_debug = log_debug
 
     @property
     def pid(self) -> int:
@@ -163,13 +175,14 @@ disabled_plugins = [{disabled}]
 
 [debug]
   address = "{self.debug_sock}"
+  level = "{'debug' if self.log_debug or self.unpacks > 1 else 'info'}"
 
 [metrics]
   address = ""
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.workdir / 'opt'}"
-{self._cri_config() if self.cri else ""}""")
+{self._cri_config() if self.cri else ""}{self._transfer_config()}""")
         with open(self.log, "ab") as log:
             # Its own session: a Ctrl-C at the terminal reaches pytest, which tears it down.
             # Its own directory first on PATH: containerd finds its shims there, so a release
@@ -211,6 +224,14 @@ disabled_plugins = [{disabled}]
     conf_dir = "{self.workdir / 'cni' / 'conf'}"
   [plugins."{CRI}".registry]
     config_path = "{self.hosts_dir}"
+"""
+
+    def _transfer_config(self) -> str:
+        if self.unpacks <= 1:
+            return ""  # containerd's default; a release before 2.2 has no such key
+        return f"""
+[plugins."io.containerd.transfer.v1.local"]
+  max_concurrent_unpacks = {self.unpacks}
 """
 
     def _fail_start(self, what: str) -> None:
@@ -425,12 +446,14 @@ def _text(b: bytes | str | None) -> str:
 
 
 @contextlib.contextmanager
-def containerd_daemon(tmp_path: Path, *, cri: bool = False) -> Iterator[Containerd]:
-    """A started Containerd under tmp_path/containerd (with the CRI plugin on: cri=True),
-    stopped and cleaned up on exit; skips the test when this machine has no containerd, ctr
-    or root."""
-    tools = find_tools()
+def containerd_daemon(tmp_path: Path, *, cri: bool = False, bin_dir: Path | None = None,
+                      unpacks: int = 1, log_debug: bool = False) -> Iterator[Containerd]:
+    """A started Containerd under tmp_path/containerd (with the CRI plugin on: cri=True; the
+    release in bin_dir, else the system's), stopped and cleaned up on exit; skips the test
+    when this machine has no containerd, ctr or root."""
+    tools = find_tools(bin_dir)
     if isinstance(tools, str):
         pytest.skip(tools)
-    with Containerd(Path(tmp_path) / "containerd", cri=cri) as c:
+    with Containerd(Path(tmp_path) / "containerd", cri=cri, bin_dir=bin_dir,
+                    unpacks=unpacks, log_debug=log_debug) as c:
         yield c

@@ -1,14 +1,21 @@
 """The containerd harness (tests/containerd.py) against the shared registry: what the Engine
 pushed, containerd pulls as the same digest and runs, by `ctr images pull` and as a kubelet
-does (CRI PullImage); a tag that does not exist fails, named."""
+does (CRI PullImage); a tag that does not exist fails, named; a containerd >= 2.2 told to
+apply layers at once (IMGBUILD_CONTAINERD_BIN) does, and sees what the Engine sees."""
 
 from __future__ import annotations
 
+import io
+import os
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
+from packaging.version import Version
 
 from imgbuild.errors import ImgbuildError
 
@@ -147,3 +154,88 @@ def test_another_releases_binaries_are_looked_for_in_its_directory_only(tmp_path
         pytest.skip(tools)
     assert not isinstance(tools, str), tools
     assert (tools.containerd, tools.ctr) == (str(tmp_path / "containerd"), str(tmp_path / "ctr"))
+
+
+# -- layers applied at once: containerd >= 2.2's max_concurrent_unpacks -----------------------
+# What made a node's cold pull of the slim image 0.42x of the Engine's on two cores
+# (bench/node_pull_bench.py, kubelet2p_zstd). Each layer is applied into a snapshot of its own
+# and rebased onto its parent at commit, so deletions in an upper layer (whiteouts, opaque
+# directories) are where it could go wrong: the image below has both.
+
+# Three layers: files, then a file's directory removed and another directory replaced (an
+# opaque directory), then one more file.
+LAYERED = f"""FROM {BASE}
+RUN mkdir -p /opt/t/gone /opt/t/opaque && echo a > /opt/t/gone/f && echo old > /opt/t/opaque/old \\
+    && echo keep > /opt/t/keep
+RUN rm -rf /opt/t/gone /opt/t/opaque && mkdir /opt/t/opaque && echo new > /opt/t/opaque/new
+RUN echo top > /opt/t/top
+"""
+LISTING = ["sh", "-c", "cd /opt/t && find . | sort && cat keep opaque/new top"]
+SEEN = "\n".join([".", "./keep", "./opaque", "./opaque/new", "./top", "keep", "new", "top"]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def parallel_bin() -> Path:
+    """IMGBUILD_CONTAINERD_BIN: a directory with containerd >= 2.2 and its ctr and shims (no
+    Debian release packages one yet); else the test skips, saying so."""
+    d = os.environ.get("IMGBUILD_CONTAINERD_BIN")
+    if not d:
+        pytest.skip("skipped: layers applied at once need containerd >= 2.2; set "
+                    "IMGBUILD_CONTAINERD_BIN to a directory with one, its ctr and shims")
+    try:  # "containerd github.com/containerd/containerd/v2 v2.2.7 REVISION"; Debian's say
+        said = subprocess.run([str(Path(d) / "containerd"), "--version"], capture_output=True,
+                              text=True, timeout=30).stdout.strip()  # "1.6.20~ds1"
+    except OSError as e:
+        said = str(e)
+    m = re.search(r" v?(\d+\.\d+)[.~+-]", said + " ")
+    if not m or Version(m.group(1)) < Version("2.2"):
+        pytest.skip(f"skipped: IMGBUILD_CONTAINERD_BIN={d} holds {said or 'nothing'}, "
+                    "not containerd >= 2.2")
+    return Path(d)
+
+
+def unpack_modes(c: Containerd) -> list[str]:
+    """How the daemon unpacked each image, from its debug log: 'parallel=true' or '=false'."""
+    return [m.group(0) for m in re.finditer(r"parallel=(true|false)",
+                                            "\n".join(ln for ln in c.log.read_text().splitlines()
+                                                      if "image unpacked" in ln))]
+
+
+@pytest.fixture(scope="module")
+def layered(docker_client) -> Iterator[str]:
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    try:
+        docker_client.images.get(BASE)
+    except Exception:
+        pytest.skip(f"skipped: no {BASE} image here (make demo bootstraps it)")
+    repo = f"{REGISTRY_HOST}/imgbuild-test-ctr-{uuid.uuid4().hex[:8]}"
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(LAYERED.encode()),
+                                          tag=f"{repo}:layered", rm=True)
+    try:
+        for line in docker_client.images.push(repo, tag="layered", stream=True, decode=True):
+            assert "error" not in line, line
+        # What the Engine itself shows of the image: the reference the node must match.
+        seen = docker_client.containers.run(image.id, LISTING, remove=True).decode()
+        assert seen == SEEN, seen
+        yield f"{repo}:layered"
+    finally:
+        docker_client.images.remove(image.id, force=True)
+
+
+def test_a_node_that_applies_layers_at_once_sees_the_files_the_engine_sees(
+        tmp_path, parallel_bin: Path, layered: str):  # parallel_bin first: it may skip
+    with containerd_daemon(tmp_path, cri=True, bin_dir=parallel_bin, unpacks=4) as c:
+        assert c.kubelet_pull(layered) == registry_digest(layered)
+        assert unpack_modes(c) == ["parallel=true"], c.log.read_text()[-3000:]
+        r = c.run(layered, LISTING)
+        assert (r.returncode, r.stdout) == (0, SEEN), r.stderr
+
+
+def test_one_layer_at_a_time_unless_asked(tmp_path, parallel_bin: Path, layered: str):
+    # The same release with the harness's default: the setting above is what changed it.
+    with containerd_daemon(tmp_path, cri=True, bin_dir=parallel_bin, log_debug=True) as c:
+        c.kubelet_pull(layered)
+        assert unpack_modes(c) == ["parallel=false"], c.log.read_text()[-3000:]
+        r = c.run(layered, LISTING)
+        assert (r.returncode, r.stdout) == (0, SEEN), r.stderr
