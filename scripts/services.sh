@@ -23,10 +23,15 @@ command -v curl >/dev/null || need+=(curl)
 command -v ctr >/dev/null || need+=(containerd)
 # The compatibility page's test opens it in headless Chromium.
 command -v chromium >/dev/null || need+=(chromium)
+# Another apt (a machine's own updates at boot) may hold dpkg's lock: wait for it rather than fail.
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends "$@" >/dev/null
+}
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]} from Debian"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt_install "${need[@]}"
 fi
 
 # QEMU user emulation, for bases and checks of another CPU (arm64 on x86_64): registered with
@@ -35,7 +40,7 @@ fi
 # missing.
 if [ ! -e /usr/lib/binfmt.d/qemu-aarch64.conf ] && [ "$(uname -m)" != aarch64 ]; then
   say "installing qemu-user-static from Debian"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null || true
+  apt_install qemu-user-static || true
 fi
 if [ "$(uname -m)" != aarch64 ] && [ -e /usr/lib/binfmt.d/qemu-aarch64.conf ] && \
    [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
