@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -29,6 +30,14 @@ from .docker_guard import (  # noqa: F401
     pytest_sessionstart,
     pytest_xdist_make_scheduler,
 )
+
+# A test run started in the background by a script (`make test &`, nohup) inherits SIGINT
+# ignored, as would every imgbuild a test starts: imgbuild keeps an ignored SIGINT ignored, as
+# a background job should, so the tests' Ctrl-C would never arrive and they would hang. The
+# tests stand for a user at a terminal, whose Ctrl-C reaches imgbuild; the one that checks the
+# ignored case asks for it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_HOST = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")

@@ -331,6 +331,39 @@ def test_a_signal_during_lock_ends_uv_and_removes_the_scratch(images_copy, tmp_p
     assert {p.name: p.read_bytes() for p in locks.iterdir()} == before
 
 
+def test_an_imgbuild_started_with_sigint_ignored_keeps_it_ignored(images_copy, tmp_path):
+    """A background job of a script (`imgbuild lock ... &`, nohup) starts with SIGINT ignored,
+    so that a Ctrl-C at the terminal that started it does not end it: imgbuild keeps it so.
+    SIGTERM still ends it, cleanly."""
+    hang = HangingIndex()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    locks = images_copy.parent / "lockfiles"
+    env = dict(os.environ, UV_DEFAULT_INDEX=hang.url, UV_INDEX_URL=hang.url, IMGBUILD_WHEELS="",
+               TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never")
+    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "lock", "sglang-blackwell",
+                          "--refresh", "--images", str(images_copy), "--lockfiles", str(locks)],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not uv_children(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kids = uv_children(p.pid)
+        assert kids, "uv never started"
+        p.send_signal(signal.SIGINT)
+        time.sleep(2)
+        assert p.poll() is None, p.communicate()[1][-2000:]
+        assert all(Path(f"/proc/{k}").exists() for k in kids)  # uv goes on too
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        hang.close()
+    assert p.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert not list(scratch.iterdir())
+
+
 # --- arguments and data ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["", ",,,", "sm100,", " , sm100"])
