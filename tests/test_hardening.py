@@ -296,24 +296,33 @@ def uv_children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_during_lock_ends_uv_and_removes_the_scratch(images_copy, tmp_path, sig,
-                                                               code):
-    hang = HangingIndex()
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+def _lock_against_a_hanging_index(images_copy: Path, scratch: Path,
+                                  **popen) -> tuple[subprocess.Popen, HangingIndex]:
+    """`imgbuild lock --refresh` whose uv waits on an index that never answers, once uv runs
+    (or a minute has passed); the caller closes the index."""
     locks = images_copy.parent / "lockfiles"
-    before = {p.name: p.read_bytes() for p in locks.iterdir()}
+    hang = HangingIndex()
     env = dict(os.environ, UV_DEFAULT_INDEX=hang.url, UV_INDEX_URL=hang.url, IMGBUILD_WHEELS="",
                TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never")
     p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "lock", "sglang-blackwell",
                           "--refresh", "--images", str(images_copy), "--lockfiles", str(locks)],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, **popen)
+    deadline = time.monotonic() + 60
+    while not uv_children(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return p, hang
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_lock_ends_uv_and_removes_the_scratch(images_copy, tmp_path, sig,
+                                                               code):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    locks = images_copy.parent / "lockfiles"
+    before = {p.name: p.read_bytes() for p in locks.iterdir()}
+    p, hang = _lock_against_a_hanging_index(images_copy, scratch)
     try:
-        deadline = time.monotonic() + 60
-        while not uv_children(p.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
         kids = uv_children(p.pid)
         assert kids, "uv never started"
         assert any(scratch.iterdir())  # uv's scratch directory is there while it runs
@@ -335,20 +344,11 @@ def test_an_imgbuild_started_with_sigint_ignored_keeps_it_ignored(images_copy, t
     """A background job of a script (`imgbuild lock ... &`, nohup) starts with SIGINT ignored,
     so that a Ctrl-C at the terminal that started it does not end it: imgbuild keeps it so.
     SIGTERM still ends it, cleanly."""
-    hang = HangingIndex()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    locks = images_copy.parent / "lockfiles"
-    env = dict(os.environ, UV_DEFAULT_INDEX=hang.url, UV_INDEX_URL=hang.url, IMGBUILD_WHEELS="",
-               TMPDIR=str(scratch), UV_PYTHON_DOWNLOADS="never")
-    p = subprocess.Popen([sys.executable, "-m", "imgbuild.cli", "lock", "sglang-blackwell",
-                          "--refresh", "--images", str(images_copy), "--lockfiles", str(locks)],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    p, hang = _lock_against_a_hanging_index(
+        images_copy, scratch, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 60
-        while not uv_children(p.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
         kids = uv_children(p.pid)
         assert kids, "uv never started"
         p.send_signal(signal.SIGINT)
