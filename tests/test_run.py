@@ -192,6 +192,45 @@ def test_the_dry_run_line_runs_as_printed(tiny_image):
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
 
 
+def _served_name() -> str:
+    r = imgbuild("run", "tiny-cpu", "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    argv = shlex.split(r.stdout)
+    return argv[argv.index("--name") + 1]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("whose", ["a user's, running", "an earlier run's, exited"])
+def test_a_container_holding_the_name_is_named_and_left_alone(docker_client, tiny_image, whose):
+    """The served container's name is taken: by a container of the user's (no imgbuild label)
+    or by one an earlier `imgbuild run` left (kept, or its imgbuild killed). The run refuses
+    before starting anything, says which and what to do, and the container is still there:
+    removing it would end a user's container or lose the log the user kept."""
+    name = _served_name()
+    ours = whose.startswith("an earlier")
+    c = docker_client.containers.run(tiny_image, entrypoint=["sh", "-c", "exit 3" if ours
+                                                             else "sleep 600"],
+                                     name=name, detach=True,
+                                     labels={"imgbuild.run": "tiny-nvfp4"} if ours else {})
+    try:
+        if ours:
+            c.wait(timeout=60)
+        r = imgbuild("run", "tiny-cpu", "--port", str(free_port()), timeout=300)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 2 and "Traceback" not in said, said[-2000:]
+        assert f"cannot start {name}" in said
+        if ours:
+            assert "a container of an earlier `imgbuild run` holds the name" in said
+            assert "exited, exit code 3" in said and f"`docker logs {name}`" in said
+        else:
+            assert "a container imgbuild did not start has that name" in said
+            assert f"docker rename {name}" in said
+        c.reload()
+        assert c.status == ("exited" if ours else "running")
+    finally:
+        c.remove(force=True)
+
+
 @pytest.mark.docker
 def test_run_serves_until_ctrl_c_and_leaves_no_container(tiny_image):
     port = free_port()

@@ -8,6 +8,7 @@ shows, flag for flag; the log is followed and the state read through the API.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -67,6 +68,29 @@ def running_for(label: str, value: str) -> list[str]:
     return [n for n in r.stdout.split() if n]
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The container that holds a name on this host, whoever started it."""
+
+    name: str
+    state: str  # running | exited | created | paused | ...
+    exit_code: int
+    labels: dict[str, str]
+
+
+def holder(name: str) -> Holder | None:
+    """The container named `name`, running or not, or None when the name is free. By exact
+    name: `docker inspect` reads a name or an id, and these names are not hexadecimal."""
+    r = daemon.run_cli(["inspect", "--type", "container", "--format", "{{json .}}", name],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return None
+    doc = json.loads(r.stdout)
+    state = doc.get("State") or {}
+    return Holder(name, str(state.get("Status", "unknown")), int(state.get("ExitCode") or 0),
+                  dict((doc.get("Config") or {}).get("Labels") or {}))
+
+
 def start(launch: Launch) -> str:
     """`docker run -d ...` as the dry run prints it; the container's id. A refusal by the Engine
     (no GPU runtime, an image it cannot find) is an EnvError with the client's words."""
@@ -74,7 +98,10 @@ def start(launch: Launch) -> str:
                        text=True, timeout=600)
     if r.returncode != 0:
         said = (r.stderr or r.stdout).strip()
-        daemon.run_cli(["rm", "-f", launch.name], capture_output=True, cleanup=True)
+        # The client created the container and could not start it: remove what it made. Not
+        # when the name was taken meanwhile: that container is someone else's.
+        if "is already in use" not in said:
+            daemon.run_cli(["rm", "-f", launch.name], capture_output=True, cleanup=True)
         raise EnvError(f"docker could not start {launch.name}",
                        facts=[line for line in said.splitlines()[-6:] if line.strip()],
                        hint=_start_hint(said))

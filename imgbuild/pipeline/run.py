@@ -108,6 +108,25 @@ def choose(ws: Workspace, subject: str, model: str | None, host: host_checks.Hos
                      hint="see `imgbuild list`" if close else None)
 
 
+def _name_taken(held: container.Holder) -> InputError:
+    """The container name is taken: by what an earlier run left (kept, or its imgbuild killed
+    before it could remove it), or by a container imgbuild did not start. Neither is removed
+    here: the first's log may be what the user wants, the second is not imgbuild's."""
+    n = held.name
+    if RUN_LABEL in held.labels:
+        return InputError(f"cannot start {n}: a container of an earlier `imgbuild run` holds "
+                          "the name",
+                          facts=[f"{n}: {held.state}, exit code {held.exit_code}, serving "
+                                 f"{held.labels[RUN_LABEL]}"],
+                          hint=f"read it with `docker logs {n}` if it matters, then "
+                               f"`docker rm {n}` and run again")
+    return InputError(f"cannot start {n}: a container imgbuild did not start has that name",
+                      facts=[f"{n}: {held.state}, no {RUN_LABEL} label; imgbuild leaves it "
+                             "alone"],
+                      hint=f"rename it (`docker rename {n} {n}-old`) or remove it if it is yours "
+                           "to remove, then run again")
+
+
 def run(ws: Workspace, subject: str, *, model: str | None = None,
         registry_name: str | None = None, port: int | None = None, dry_run: bool = False,
         emit: tuple[str, Path] | None = None, gpus_per_node: int = 8, keep: bool = False,
@@ -180,6 +199,8 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
     if busy:
         raise InputError(f"{plan.model or target} is already served here by {busy[0]}",
                          hint=f"use it, or stop it first: `docker rm -f {busy[0]}`")
+    if (held := container.holder(launch.name)) is not None:
+        raise _name_taken(held)
     client = daemon.client()
     if daemon.local_image(client, plan.ref()) is not None:
         action = "local"
