@@ -51,7 +51,8 @@ demo: setup
 # with one engine group 27 min 40 s; 3 workers with two engine groups 17 min 28 s to 28 min 04 s
 # over eight runs as the machine's speed varied, then 15 min 19 s to 17 min 39 s (four runs) after the
 # suite's CPU was cut (the cores busy the whole run: CPU-seconds are the budget), 13 min 27 s from
-# nothing on a faster machine. WORKERS=0: one process.
+# nothing on a faster machine, 16 min 25 s from nothing on a new one once the arm64 QEMU
+# build went to the slow group. WORKERS=0: one process.
 WORKERS ?= 3
 XDIST := $(if $(filter 0,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadgroup)
 
