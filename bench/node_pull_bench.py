@@ -102,8 +102,7 @@ def containerd_pull(ref: str, work: Path, kubelet: bool, bin_dir: Path | None = 
             got["digest"] = c.kubelet_pull(ref) if kubelet else c.pull(ref, timeout=3600)
         row = timed(c.pid, pull)
         if unpacks > 1:  # what containerd did, from its debug log, not what was asked
-            said = [ln for ln in c.log.read_text().splitlines() if "image unpacked" in ln]
-            row["parallel_unpack"] = bool(said) and "parallel=true" in said[-1]
+            row["parallel_unpack"] = c.unpack_modes()[-1:] == ["parallel=true"]
         try:
             r = c.run(ref, CHECK, timeout=600)
             check = r.stdout.strip() or r.stderr.strip()[-200:]

@@ -92,6 +92,15 @@ def registry_repo(docker_client) -> str:
 
 
 @pytest.fixture()
+def own_repo(docker_client) -> str:
+    """A repository of this test's own: nothing another test pushed is found in it (where
+    registry_repo, shared by the session, may hold an index or tag another test made)."""
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    return f"{REGISTRY_HOST}/imgbuild-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture()
 def images_copy(tmp_path) -> Path:
     """A scratch copy of images/ and lockfiles/ to break on purpose."""
     shutil.copytree(ROOT / "images", tmp_path / "images")

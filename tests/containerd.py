@@ -148,6 +148,13 @@ class Containerd:
         # parallel=true"), on whenever unpacks > 1 asks for something to check.
         self.log_debug = log_debug
 
+    def unpack_modes(self) -> list[str]:
+        """How this daemon unpacked each image it pulled, from its debug log ("image unpacked
+        ... parallel=true"): 'parallel=true' or 'parallel=false', in order."""
+        lines = [ln for ln in self.log.read_text(errors="replace").splitlines()
+                 if "image unpacked" in ln]
+        return [m.group(0) for m in re.finditer(r"parallel=(true|false)", "\n".join(lines))]
+
     @property
     def pid(self) -> int:
         assert self._proc is not None

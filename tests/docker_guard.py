@@ -40,7 +40,7 @@ ENGINE_B_MODULES = frozenset({"test_hardening", "test_anywhere", "test_run", "te
                               "test_compression"})
 MODULE_GROUPS = {"test_workflow": "qemu"}
 # Fixtures that drive the Engine (every fixture built on them asks for them too).
-ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "arm64_base", "private_registry"})
+ENGINE_FIXTURES = frozenset({"docker_client", "registry_repo", "own_repo", "arm64_base", "private_registry"})
 # The modules' own fixtures that start a real Distribution registry (tests/registries.py); the
 # names are too plain (`basic`, `tls`) to mean a registry elsewhere.
 REGISTRY_FIXTURES = {

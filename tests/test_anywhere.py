@@ -32,25 +32,15 @@ def imgbuild(binary: list[str], *args: str, cwd: Path, home: Path, cache: Path,
                           timeout=1800)
 
 
-@pytest.fixture()
-def registry_repo(docker_client) -> str:
-    """A repository of this test's own: nothing another test pushed is found in it."""
-    from .conftest import REGISTRY_HOST, registry_available
-
-    if not registry_available():
-        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
-    return f"{REGISTRY_HOST}/imgbuild-anywhere-{uuid.uuid4().hex[:8]}"
-
-
-def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_install, registry_repo,
+def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_install, own_repo,
                                                                       tmp_path):
     dev = [sys.executable, "-m", "imgbuild.cli"]
     cache = tmp_path / "cache"  # an empty cache: the smoke model is made by its generator
-    r = imgbuild(dev, "tiny-cpu", "--push", "--registry", registry_repo, "--json", cwd=ROOT,
+    r = imgbuild(dev, "tiny-cpu", "--push", "--registry", own_repo, "--json", cwd=ROOT,
                  home=Path.home(), cache=cache)
     assert r.returncode == 0, r.stderr[-3000:]
     built = json.loads(r.stdout)
-    assert built["content_tag"] == f"{registry_repo}:{golden.recorded()['tiny-cpu']}"
+    assert built["content_tag"] == f"{own_repo}:{golden.recorded()['tiny-cpu']}"
     pushed = built["pushed"][0].split("@")[1]
     # Another user: a plain install (no torch), another directory, another HOME and cache.
     elsewhere, home = tmp_path / "elsewhere", tmp_path / "home"
@@ -58,7 +48,7 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
     home.mkdir()
     loc = ["--images", str(ROOT / "images"), "--lockfiles", str(ROOT / "lockfiles")]
     r = imgbuild([str(plain_install / "bin" / "imgbuild")], "pull", "tiny-cpu", "--registry",
-                 registry_repo, *loc, "--json", cwd=elsewhere, home=home, cache=home / "cache")
+                 own_repo, *loc, "--json", cwd=elsewhere, home=home, cache=home / "cache")
     assert r.returncode == 0, r.stderr[-3000:]
     pulled = json.loads(r.stdout)
     assert pulled["digest"] == pulled["registry_digest"] == pushed
@@ -66,7 +56,7 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
     # The smoke model went to the registry with the image: a plain install that must build
     # fetches it by its recipe key instead of making it.
     r = imgbuild([str(plain_install / "bin" / "imgbuild")], "smoke-model", "tiny-nvfp4",
-                 "--registry", registry_repo, *loc, cwd=elsewhere, home=home,
+                 "--registry", own_repo, *loc, cwd=elsewhere, home=home,
                  cache=home / "cache")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "fetched from" in r.stderr and "made by the generator" not in r.stderr

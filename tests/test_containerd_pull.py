@@ -194,13 +194,6 @@ def parallel_bin() -> Path:
     return Path(d)
 
 
-def unpack_modes(c: Containerd) -> list[str]:
-    """How the daemon unpacked each image, from its debug log: 'parallel=true' or '=false'."""
-    return [m.group(0) for m in re.finditer(r"parallel=(true|false)",
-                                            "\n".join(ln for ln in c.log.read_text().splitlines()
-                                                      if "image unpacked" in ln))]
-
-
 @pytest.fixture(scope="module")
 def layered(docker_client) -> Iterator[str]:
     if not registry_available():
@@ -227,7 +220,7 @@ def test_a_node_that_applies_layers_at_once_sees_the_files_the_engine_sees(
         tmp_path, parallel_bin: Path, layered: str):  # parallel_bin first: it may skip
     with containerd_daemon(tmp_path, cri=True, bin_dir=parallel_bin, unpacks=4) as c:
         assert c.kubelet_pull(layered) == registry_digest(layered)
-        assert unpack_modes(c) == ["parallel=true"], c.log.read_text()[-3000:]
+        assert c.unpack_modes() == ["parallel=true"], c.log.read_text()[-3000:]
         r = c.run(layered, LISTING)
         assert (r.returncode, r.stdout) == (0, SEEN), r.stderr
 
@@ -236,6 +229,6 @@ def test_one_layer_at_a_time_unless_asked(tmp_path, parallel_bin: Path, layered:
     # The same release with the harness's default: the setting above is what changed it.
     with containerd_daemon(tmp_path, cri=True, bin_dir=parallel_bin, log_debug=True) as c:
         c.kubelet_pull(layered)
-        assert unpack_modes(c) == ["parallel=false"], c.log.read_text()[-3000:]
+        assert c.unpack_modes() == ["parallel=false"], c.log.read_text()[-3000:]
         r = c.run(layered, LISTING)
         assert (r.returncode, r.stdout) == (0, SEEN), r.stderr

@@ -7,7 +7,6 @@ platform, built per platform (arm64 here under QEMU) and published as one OCI im
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
@@ -17,7 +16,7 @@ from imgbuild.payload.preflight import PASS
 from imgbuild.plan.decide import make_plan
 from imgbuild.plan.labels import facts_from_plan
 
-from .conftest import REGISTRY_HOST, ROOT, run_imgbuild
+from .conftest import ROOT, run_imgbuild
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 ARM64 = ("sglang-gb200-k2_6", "sglang-dgx-spark", "tiny-cpu-multi-arm64")  # CI job names
@@ -327,9 +326,8 @@ def _one_platform_alone_is_pushed_without_an_index(registry_repo: str) -> None:
 
 @pytest.mark.docker
 @pytest.mark.xdist_group("qemu")  # its own targets: beside the other docker tests
-def test_one_platform_of_a_multi_platform_target_is_pushed_and_no_index_made(docker_client):
-    _one_platform_alone_is_pushed_without_an_index(
-        f"{REGISTRY_HOST}/imgbuild-test-{uuid.uuid4().hex[:8]}")
+def test_one_platform_of_a_multi_platform_target_is_pushed_and_no_index_made(own_repo):
+    _one_platform_alone_is_pushed_without_an_index(own_repo)
 
 
 @pytest.mark.docker
@@ -339,14 +337,14 @@ def test_one_platform_of_a_multi_platform_target_is_pushed_and_no_index_made(doc
 # of the suite's 5,028 test-seconds), where the test above keeps the one-platform half.
 @pytest.mark.slow
 def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_side(
-        docker_client, arm64_base):
+        docker_client, own_repo, arm64_base):
     """tiny-cpu-multi for linux/amd64 and linux/arm64 (built here under QEMU: every RUN step
     and the smoke test run as aarch64 code), each smoke-tested and pushed with its report, SBOM
     and provenance; the index only once both passed; pulled as this host and as an arm64 host.
     """
     from imgbuild.image import attest, registry
 
-    registry_repo = f"{REGISTRY_HOST}/imgbuild-test-{uuid.uuid4().hex[:8]}"
+    registry_repo = own_repo
     repo = registry.Repository.parse(registry_repo)
     _one_platform_alone_is_pushed_without_an_index(registry_repo)
 
