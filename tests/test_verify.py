@@ -4,6 +4,7 @@ image, makes verify and pull fail. Real Engine, real registry."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import uuid
 
 import pytest
+import requests
 
 from imgbuild.image import attest, registry
 
@@ -37,8 +39,8 @@ def test_pushed_image_verifies_and_tampered_attestations_do_not(docker_client):
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
     assert doc["digest"] == digest and doc["ok"]
-    assert [c["check"] for c in doc["checks"]] == ["digest", "smoke report", "sbom", "lock",
-                                                  "provenance"]
+    assert [c["check"] for c in doc["checks"]] == ["digest", "image", "smoke report", "sbom",
+                                                  "lock", "provenance"]
     repo = registry.Repository.parse(name)
     _, sbom, _ = registry.fetch_artifact(repo, attest.tag(digest, "sbom"), attest.SBOM_TYPE)
     pypi = [c for c in sbom["components"] if c["purl"].startswith("pkg:pypi/")]
@@ -66,3 +68,29 @@ def test_pushed_image_verifies_and_tampered_attestations_do_not(docker_client):
     r = imgbuild("verify", f"{name}:tiny-cpu", "--json")
     failed = [c["check"] for c in json.loads(r.stdout)["checks"] if not c["ok"]]
     assert r.returncode == 1 and failed == ["provenance"]
+
+
+@pytest.mark.docker
+def test_a_manifest_whose_config_is_a_manifest_does_not_verify(own_repo):
+    """What the containerd store's push used to publish (issue 45): a manifest whose config
+    blob is another manifest. verify names it, before anything is pulled."""
+    repo = registry.Repository.parse(own_repo)
+    layer = gzip.compress(b"not much of a layer")
+    other = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_MANIFEST,
+                        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                   "digest": "sha256:" + "0" * 64, "size": 2},
+                        "layers": []}).encode()
+    body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_MANIFEST,
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                  "digest": registry.put_blob(repo, other), "size": len(other)},
+                       "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                                   "digest": registry.put_blob(repo, layer),
+                                   "size": len(layer)}]}).encode()
+    r = requests.put(f"http://{repo.host}/v2/{repo.path}/manifests/broken", data=body,
+                     headers={"Content-Type": registry.OCI_MANIFEST}, timeout=30)
+    assert r.status_code == 201, r.text
+    r = imgbuild("verify", f"{own_repo}:broken", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    checks = {c["check"]: c for c in json.loads(r.stdout)["checks"]}
+    assert not checks["image"]["ok"]
+    assert "not an image config: it is an image manifest" in checks["image"]["detail"]

@@ -118,6 +118,13 @@ def parser() -> argparse.ArgumentParser:
                    help="do not reuse layers from this target's images in the --registry "
                         "(by default their inline cache is read: a fresh machine rebuilds "
                         "only what changed)")
+    s.add_argument("--registry-cache", action="store_true",
+                   help="on an Engine with the containerd image store, also write BuildKit's "
+                        "registry build cache on --push (TARGET-buildcache-max, mode=max: every "
+                        "stage's layers) and read it alone where it exists, instead of the "
+                        "images' inline cache. Off by default: on Engine 26.1.5 it gave a fresh "
+                        "runner less than the inline cache (bench/results/"
+                        "registry-cache-tiny-cpu.json)")
     s.add_argument("--no-splice", action="store_true",
                    help="with --push --no-smoke, build the image whole here instead of "
                         "building the layers above the heavy ones alone and pushing them "
@@ -222,8 +229,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("target")
     s.add_argument("--upgrade", action="append", required=True, metavar="PKG[==VER]")
     s = sub.add_parser("doctor", parents=[common],
-                       help="match a server log or traceback against known failures")
-    s.add_argument("log", metavar="LOGFILE|-")
+                       help="match a server log or traceback against known failures; --host: "
+                            "the Docker Engine and client here, and what imgbuild does with "
+                            "them")
+    s.add_argument("log", metavar="LOGFILE|-", nargs="?",
+                   help="the log to read (- for stdin); not with --host")
+    s.add_argument("--host", action="store_true",
+                   help="instead of a log: the Docker Engine (DOCKER_HOST) and client, their "
+                        "versions, image store and builder, and what imgbuild does with them "
+                        "(exit 3 when it cannot publish from them, with the fix)")
     s.add_argument("--engine", metavar="NAME[==VERSION]",
                    help="the engine (and version) that wrote the log, when the log does not "
                         "say: e.g. sglang==0.5.16")
@@ -239,7 +253,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", parents=[common],
                        help="check an image in a registry: its digest, smoke report, SBOM "
                             "against its lock, provenance")
-    s.add_argument("ref", metavar="HOST[:PORT]/REPO:TAG")
+    s.add_argument("ref", metavar="HOST[:PORT]/REPO:TAG|@DIGEST")
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],

@@ -137,6 +137,12 @@ def push(repo: registry.Repository, image_digest: str, docs: dict[str, dict]) ->
     return out
 
 
+def stored(repo: registry.Repository, image_digest: str) -> bool:
+    """Whether the registry holds an SBOM and a provenance statement for image_digest."""
+    return all(registry.manifest_digest(repo, tag(image_digest, kind)) is not None
+               for kind in KINDS)
+
+
 # --- verify -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -202,14 +208,25 @@ def judge(digest: str, labels: dict, report: dict | None, sbom_doc: dict | None,
 
 def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = None) -> Verification:
     """Check the image `repo:ref_tag` in its registry against what is stored beside it."""
-    ref = f"{repo.name}:{ref_tag}"
+    ref = f"{repo.name}{'@' if ref_tag.startswith('sha256:') else ':'}{ref_tag}"
     digest = registry.manifest_digest(repo, ref_tag)
     if digest is None:
         raise JobFailed(f"{ref} is not in the registry")
-    manifest, config = registry.image_config(repo, digest)
-    labels = (config.get("config") or {}).get("Labels") or {}
+    if registry.manifest_descriptor(repo, digest) is None:
+        raise JobFailed(f"{ref} names {digest}, which the registry does not hold")
+    manifest, raw = registry.image_parts(repo, digest)
+    problems = registry.image_problems(repo, digest)
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        config = {}
+    labels = ((config.get("config") if isinstance(config, dict) else None) or {}).get("Labels") \
+        or {}
     checks: list[tuple[str, bool, str]] = [
-        ("digest", True, f"manifest {digest} matches its bytes; config {manifest['config']['digest'][:19]}…")]
+        ("digest", True, f"manifest {digest} matches its bytes; config {manifest['config']['digest'][:19]}…"),
+        ("image", not problems, "; ".join(problems) if problems else
+         f"an image config whose {len(manifest.get('layers') or [])} diff ids are the "
+         "manifest's layers, each held at its size")]
     report = registry.fetch_report(repo, digest)
     sbom_doc = registry.fetch_artifact(repo, tag(digest, "sbom"), SBOM_TYPE)
     prov_doc = registry.fetch_artifact(repo, tag(digest, "provenance"), PROVENANCE_TYPE)

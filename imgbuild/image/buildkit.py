@@ -21,7 +21,7 @@ from ..plan.plan import Plan
 from ..progress import SILENT, Progress, human_bytes
 from .base import host_cpu
 from .context import Secrets
-from .daemon import cli
+from .daemon import cli, run_cli
 
 _STEP = re.compile(r"^#(\d+) \[(?:[^\]]*?)(\d+)/(\d+)\] (.*)$")
 _STEP_LINE = re.compile(r"^#(\d+) ")
@@ -40,6 +40,62 @@ INLINE_CACHE = ("--build-arg", "BUILDKIT_INLINE_CACHE=1")
 # from the environment it is given and a proxy's password never shows on a command line.
 PROXY_VARS = tuple(v for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
                    for v in (name, name.lower()))
+
+
+# The time a reproducible build sets every file of its layers to, and its config's times:
+# 1980-01-01, the earliest a zip (a wheel) records. A constant: the same on every Engine, and no
+# input of any content key.
+SOURCE_DATE_EPOCH = 315532800
+
+
+@dataclass(frozen=True)
+class Export:
+    """What a build asks of BuildKit beyond its default, where the Engine offers it (image/
+    engine.py decides which; the default asks for nothing more, as Engine 20.10 needs).
+
+    reproducible: the image goes to an OCI archive with `rewrite-timestamp=true` and
+    SOURCE_DATE_EPOCH (the layers' files all get that time, so a rebuild with no cache gives
+    the same layers byte for byte), in `compression`, and is then loaded into the Engine. The
+    containerd store's own image exporter refuses rewrite-timestamp (it unpacks), and the
+    classic store's ignores it; the OCI exporter needs the containerd store.
+    cache_to / cache_from: a registry build cache written with mode=max (every stage's
+    layers, not only the final image's: what a fresh runner needs) and read back; read, it
+    takes the place of the images' inline caches (docker_build)."""
+
+    reproducible: bool = False
+    compression: str = "gzip"
+    cache_to: str | None = None
+    cache_from: tuple[str, ...] = ()
+
+    def describe(self) -> list[str]:
+        out = []
+        if self.reproducible:
+            out.append(f"layers rewritten to SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}, "
+                       f"{self.compression}, through an OCI archive")
+        if self.cache_to:
+            out.append(f"registry cache (mode=max) to {self.cache_to}")
+        return out
+
+
+def export_args(export: Export, tag: str, archive: Path) -> list[str]:
+    """The buildx arguments for `export` (none for the default)."""
+    args: list[str] = []
+    if export.reproducible:
+        args += ["--output", f"type=oci,dest={archive},name={tag},rewrite-timestamp=true,"
+                 f"compression={export.compression},force-compression=true",
+                 # BuildKit's own provenance attestation carries the build's time: an index
+                 # around the image that no rebuild gives again. imgbuild's provenance is
+                 # pushed beside the image instead (image/attest.py).
+                 "--provenance=false",
+                 "--build-arg", f"SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}"]
+    for ref in export.cache_from:
+        args += ["--cache-from", f"type=registry,ref={ref}"]
+    if export.cache_to:
+        # A cache that cannot be written (no push right, say) costs the next build time, not
+        # this build: BuildKit says so and goes on.
+        args += ["--cache-to", f"type=registry,ref={export.cache_to},mode=max,"
+                 "ignore-error=true"]
+    return args
 
 
 def proxy_args(env: dict[str, str]) -> list[str]:
@@ -70,7 +126,8 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                  progress: Progress = SILENT, log_path: Path | None = None,
                  no_cache: bool = False, cache_from: tuple[str, ...] = (),
                  tag: str | None = None,
-                 tar_sink: Callable[[IO[bytes]], None] | None = None) -> BuildResult:
+                 tar_sink: Callable[[IO[bytes]], None] | None = None,
+                 export: Export = Export()) -> BuildResult:
     """Run `docker build`, tagging `tag` (default: the content tag); show the current step; on
     failure raise with that step's log tail.
 
@@ -78,10 +135,20 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     when its own cache lacks them; one that does not exist is skipped, not an error.
 
     tar_sink: no image; the built filesystem, as BuildKit's tar exporter streams it, is handed
-    to tar_sink as it comes (an exception there stops the build and is raised)."""
+    to tar_sink as it comes (an exception there stops the build and is raised).
+
+    export: what more the Engine offers (Export); a reproducible build is loaded into the
+    Engine once BuildKit has written it."""
     iid = context / "image-id"
-    output = ["-o", "type=tar,dest=-"] if tar_sink else ["--iidfile", str(iid), "-t",
-                                                         tag or plan.ref()]
+    archive = context.parent / f"{context.name}.oci.tar"
+    if tar_sink:
+        output = ["-o", "type=tar,dest=-"]
+        export = Export(cache_from=export.cache_from)
+    elif export.reproducible:
+        output = []
+    else:
+        output = ["--iidfile", str(iid), "-t", tag or plan.ref()]
+    output += export_args(export, tag or plan.ref(), archive)
     args = ["build", "--progress=plain", *output,
             "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
             # No image, no inline cache: asked for, it has the Engine put the last step's
@@ -90,7 +157,10 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
             *proxy_args(dict(os.environ)),
             "--label", f"io.imgbuild.content-key={plan.content_key}",
             *secrets.args(), *(["--no-cache"] if no_cache else []),
-            *[a for ref in cache_from for a in ("--cache-from", ref)],
+            # The registry cache, where there is one, is read alone (pipeline/build.py
+            # build_export says why).
+            *[a for ref in (() if export.cache_from else cache_from)
+              for a in ("--cache-from", ref)],
             # Another CPU's image: BuildKit runs its steps under QEMU (binfmt_misc).
             *(["--platform", f"linux/{DEBIAN_ARCH[plan.cpu_arch]}"]
               if plan.cpu_arch != host_cpu() else []),
@@ -212,11 +282,34 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
                         log_tail=step_tail)
     if sink_error:
         raise sink_error[0]
-    image_id = iid.read_text().strip() if iid.exists() and not tar_sink else ""
+    if export.reproducible:
+        image_id = _load(archive, tag, progress)
+    else:
+        image_id = iid.read_text().strip() if iid.exists() and not tar_sink else ""
     imported = tuple(ref for sid, ref in importing.items() if sid not in missed)
     for ref in imported:
         progress.note(f"  cache read from {ref}")
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported, flags)
+
+
+def _load(archive: Path, tag: str, progress: Progress) -> str:
+    """The OCI archive a reproducible build wrote, loaded into the Engine (tagged `tag`, the
+    name the archive's index gives it) and removed; the image id."""
+    try:
+        with progress.status(f"loading {tag} into the Engine"):
+            r = run_cli(["load", "-i", str(archive)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise JobFailed(f"the Engine did not load the image BuildKit built ({tag})",
+                            facts=[(r.stderr or r.stdout).strip()[-300:]],
+                            hint=f"image {tag} was not tagged; run the command again")
+        got = run_cli(["image", "inspect", "--format", "{{.Id}}", tag], capture_output=True,
+                      text=True)
+        if got.returncode != 0:
+            raise JobFailed(f"the Engine loaded the image BuildKit built, but not as {tag}",
+                            facts=[r.stdout.strip()[-300:]])
+        return got.stdout.strip()
+    finally:
+        archive.unlink(missing_ok=True)
 
 
 class _Counted(io.RawIOBase):

@@ -22,6 +22,7 @@ fixed), so a registry that holds a layer from one runner has it for the next.
 from __future__ import annotations
 
 import os
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -129,3 +130,79 @@ def engine_reads(comp: Compression, engine_version: str) -> bool:
         return Version(engine_version.split("+")[0].split("-")[0]) >= Version("23.0")
     except InvalidVersion:
         return True  # unknown: let the Engine say
+
+
+# --- reading layers in any compression -------------------------------------------------------
+
+# The first bytes of each compression: a layer blob read from `docker save` under the
+# containerd image store is named by its compressed digest only, and its media type is in a
+# manifest that the save may send after it.
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def kind_of(media_type: str) -> str:
+    """gzip | zstd | tar: the compression a layer media type names (Docker's and OCI's)."""
+    if media_type.endswith("zstd"):
+        return "zstd"
+    if media_type.endswith("gzip"):
+        return "gzip"
+    return "tar"
+
+
+def sniff(head: bytes) -> str:
+    """gzip | zstd | tar: the compression a blob's first bytes show."""
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return "tar"
+
+
+class Inflater:
+    """A layer blob in `kind` (gzip | zstd | tar) turned back into its tar, fed a chunk at a
+    time. Every member of a multi-member gzip and every frame of a multi-frame zstd stream is
+    read, as Go's and containerd's readers do; `close` raises where the stream ends inside one."""
+
+    def __init__(self, kind: str):
+        if kind not in ("gzip", "zstd", "tar"):
+            raise ValueError(f"unknown layer compression {kind!r}")
+        self.kind = kind
+        self._d = self._new()
+        self._fed = False
+
+    def _new(self):
+        if self.kind == "gzip":
+            return zlib.decompressobj(wbits=31)
+        if self.kind == "zstd":
+            return zstandard.ZstdDecompressor().decompressobj()
+        return None
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        if self._d is None:
+            if chunk:
+                yield chunk
+            return
+        while chunk:
+            out = self._d.decompress(chunk)
+            self._fed = True
+            if out:
+                yield out
+            if self._d.eof:  # the next member (frame) starts in what is left
+                chunk = self._d.unused_data
+                self._d, self._fed = self._new(), False
+            else:
+                chunk = b""
+
+    def close(self) -> None:
+        if self._d is not None and self._fed and not self._d.eof:
+            raise ValueError(f"the {self.kind} stream ends inside a "
+                             f"{'member' if self.kind == 'gzip' else 'frame'}")
+
+
+def decompressed(chunks: Iterable[bytes], kind: str) -> Iterator[bytes]:
+    """The layer tar of a blob in `kind`, as its chunks come (see Inflater)."""
+    inflater = Inflater(kind)
+    for chunk in chunks:
+        yield from inflater.feed(chunk)
+    inflater.close()

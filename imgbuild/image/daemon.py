@@ -32,15 +32,10 @@ def cli() -> DockerCLI:
     Clients from 23 on hand BuildKit builds to the buildx plugin; the Debian 20.10 client has
     BuildKit built in. IMGBUILD_DOCKER picks one explicitly.
     """
-    candidates = [os.environ.get("IMGBUILD_DOCKER"), "/usr/bin/docker", shutil.which("docker")]
     tried = []
-    for c in candidates:
-        if not c or not os.path.exists(c):
-            continue
-        try:
-            ver = subprocess.run([c, "version", "--format", "{{.Client.Version}}"],
-                                 capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
+    for c in candidates():
+        ver = client_version(c)
+        if ver is None:
             continue
         major = int(ver.split(".")[0]) if ver[:1].isdigit() else 0
         if 0 < major < 23:
@@ -54,6 +49,21 @@ def cli() -> DockerCLI:
         facts=tried or ["no docker client found on PATH"],
         hint="install Debian's docker.io (client 20.10 has BuildKit built in) or the buildx "
              "plugin; IMGBUILD_DOCKER=/path/to/docker picks a client")
+
+
+def candidates() -> list[str]:
+    """The docker clients cli() tries, in its order: those that exist."""
+    found = [os.environ.get("IMGBUILD_DOCKER"), "/usr/bin/docker", shutil.which("docker")]
+    return [c for c in found if c and os.path.exists(c)]
+
+
+def client_version(path: str) -> str | None:
+    """`docker version`'s client part ("20.10.24+dfsg1"); None when it does not run."""
+    try:
+        return subprocess.run([path, "version", "--format", "{{.Client.Version}}"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def client():

@@ -14,6 +14,7 @@ from ..errors import EnvError, InputError, JobFailed
 from ..progress import SILENT, Progress
 from .compression import ZSTD, engine_reads
 from .distribution import Client, insecure_hosts
+from .imagecheck import LayerFact, check
 from .reference import parse_name
 
 OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -117,13 +118,22 @@ def index_document(entries: list[tuple[str, dict]], annotations: dict[str, str])
 
 def push_index(repo: Repository, tags: tuple[str, ...], body: bytes) -> str:
     """PUT the index under each tag in order (the content tag first, then the moving tags);
-    return its digest. The registry refuses an index whose manifests it does not hold."""
+    return its digest. The registry refuses an index whose manifests it does not hold. The
+    content tag never moves: where it names another index already, nothing is written."""
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    held = manifest_digest(repo, tags[0]) if tags else None
+    if held is not None and held != digest:
+        raise JobFailed(f"{repo.name}:{tags[0]} already names another index; content tags "
+                        "never move", facts=[f"the registry holds {held}",
+                                             f"assembled now     {digest}"],
+                        hint="no tag was moved; the registry's index stays the one its content "
+                             "tag names")
     for tag in tags:
         r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}",
                              scope=repo.scope("pull", "push"), data=body,
                              headers={"Content-Type": OCI_INDEX})
         _expect(r, (200, 201), repo, f"index {tag}")
-    return "sha256:" + hashlib.sha256(body).hexdigest()
+    return digest
 
 
 def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None:
@@ -179,11 +189,15 @@ def check_reachable(repo: Repository) -> None:
 
 
 def tag_manifest(repo: Repository, source_tag: str, tag: str) -> str:
-    """Point `tag` at the manifest `source_tag` names (a moving tag follows the content tag:
-    the same bytes, the same digest, nothing uploaded but the manifest)."""
+    """Point `tag` at the manifest `source_tag` (a tag or a digest) names (a moving tag follows
+    the content tag: the same bytes, the same digest, nothing uploaded but the manifest)."""
     m = repo.api.request("GET", f"{repo.path}/manifests/{source_tag}", scope=repo.scope("pull"),
                          headers={"Accept": MANIFEST_TYPES})
     _expect(m, (200,), repo, f"the manifest of {source_tag}")
+    if source_tag.startswith("sha256:") and \
+            "sha256:" + hashlib.sha256(m.content).hexdigest() != source_tag:
+        raise JobFailed(f"registry {repo.host} served manifest {source_tag[:19]}… with other "
+                        "bytes", hint="no tag was moved")
     media = m.headers.get("Content-Type", OCI_MANIFEST_TYPE).split(";")[0].strip()
     r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull", "push"),
                          data=m.content, headers={"Content-Type": media})
@@ -383,6 +397,13 @@ def fetch_artifact(repo: Repository, tag: str,
 
 def image_config(repo: Repository, digest: str) -> tuple[dict, dict]:
     """(manifest, config) of the image manifest `digest`, both checked against their digests."""
+    manifest, config = image_parts(repo, digest)
+    return manifest, json.loads(config)
+
+
+def image_parts(repo: Repository, digest: str) -> tuple[dict, bytes]:
+    """(manifest, the config's bytes) of the image manifest `digest`, both checked against
+    their digests."""
     m = repo.api.request("GET", f"{repo.path}/manifests/{digest}", scope=repo.scope("pull"),
                          headers={"Accept": MANIFEST_TYPES})
     _expect(m, (200,), repo, f"manifest {digest[:19]}…")
@@ -394,7 +415,21 @@ def image_config(repo: Repository, digest: str) -> tuple[dict, dict]:
     manifest = m.json()
     if "config" not in manifest:
         raise JobFailed(f"{repo.name}@{digest} is not an image manifest (an index?)")
-    return manifest, json.loads(_get_blob(repo, manifest["config"]["digest"]))
+    return manifest, _get_blob(repo, manifest["config"]["digest"])
+
+
+def image_problems(repo: Repository, digest: str) -> list[str]:
+    """What is wrong with the image manifest `digest` as the registry holds it ([]: nothing):
+    its config an image config whose diff ids match the layers in number, each layer blob
+    held, of the size the manifest gives (image/imagecheck.py; no layer is downloaded)."""
+    manifest, config = image_parts(repo, digest)
+    facts = []
+    for la in manifest.get("layers") or []:
+        r = repo.api.request("HEAD", f"{repo.path}/blobs/{la.get('digest')}",
+                             scope=repo.scope("pull"))
+        size = int(r.headers.get("Content-Length", -1)) if r.status_code == 200 else -1
+        facts.append(LayerFact(str(la.get("digest")), size, None, "the registry holds"))
+    return check(manifest, config, facts)
 
 
 def platform_image(repo: Repository, reference: str,

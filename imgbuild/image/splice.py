@@ -56,7 +56,7 @@ import zstandard
 from ..lock.lockfile import Lockfile
 from ..plan.plan import Plan
 from ..plan.render import ASSETS, HEAVY_LAYERS
-from . import inlinecache, registry, wire
+from . import imagecheck, inlinecache, registry, wire
 from .compression import SAME, Compression
 
 
@@ -86,6 +86,8 @@ class Spliced:
     heavy_layers: int
     size_bytes: int  # unpacked, as the Engine would count it
     pushed: wire.Layers  # what the top's layers cost
+    config: bytes = b""  # the spliced config, as uploaded
+    facts: tuple[imagecheck.LayerFact, ...] = ()  # each layer as sent or found, in order
 
 
 def heavy_parts(plan: Plan) -> tuple[str, ...]:
@@ -279,9 +281,12 @@ def assemble(repo, donor: Donor, top: wire.Layers, top_size: int,
     rest: the rest layer, when it was cut rather than built into the top."""
     assert top.config is not None
     descriptors = list(top.descriptors)
+    facts = list(top.facts)
     top_config = top.config
     if rest is not None:
         descriptors.insert(rest.layer_at, rest.descriptor)
+        facts.insert(rest.layer_at, imagecheck.LayerFact(
+            rest.descriptor["digest"], rest.descriptor["size"], rest.diff_id, "sent"))
         top_config = with_rest(top_config, rest)
         top_size += rest.tar_size
         top = dataclasses.replace(top, sent_bytes=top.sent_bytes + rest.descriptor["size"],
@@ -290,8 +295,12 @@ def assemble(repo, donor: Donor, top: wire.Layers, top_size: int,
     digest = registry.put_blob(repo, config)
     k = donor.first_layer
     layers = descriptors[:k] + list(donor.layers) + descriptors[k:]
+    # The donor's layers as its config names them: held by the registry (find_donor read them
+    # from its manifest), each checked with a HEAD before the manifest is put.
+    facts[k:k] = [imagecheck.LayerFact(la["digest"], int(la["size"]), d, "found")
+                  for la, d in zip(donor.layers, donor.diff_ids)]
     manifest = wire.image_manifest(digest, len(config), layers)
     heavy_size = sum(int((la.get("annotations") or {}).get(wire.TAR_SIZE) or la["size"])
                      for la in donor.layers)
     return Spliced(manifest, digest, f"{repo.name}@{donor.digest}", len(donor.layers),
-                   top_size + heavy_size, top)
+                   top_size + heavy_size, top, config, tuple(facts))

@@ -16,9 +16,11 @@ from pathlib import Path
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
-from ..image import attest, buildlock, daemon, inlinecache, registry, smoke, wire
+from ..image import attest, buildlock, daemon, engine, inlinecache, registry, smoke, wire
 from ..image import base as base_image
+from ..image.buildkit import Export
 from ..image.compression import compression as compression_named
+from ..image.compression import kind_of
 from ..lock.lockfile import Lockfile
 from ..plan.decide import make_plan
 from ..plan.index import IndexPlan, make_index_plan
@@ -50,6 +52,7 @@ class BuildOptions:
     resmoke: bool = False  # run the smoke test even if this image passed it before
     compression: str | None = None  # --compression; None: images/registries.yaml's rule
     splice: bool = True  # pushed, not run here: the heavy layers may stay in the registry
+    registry_cache: bool = False  # the registry build cache (mode=max), where the Engine has it
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,29 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
     client = daemon.client()
     registry.check_reachable(repo)
     compression = opts.compression or ws.registries.rule_for(repo.name).compression
+    known: list[tuple[engine.EngineFacts, engine.EngineUse]] = []
+
+    def this_engine() -> tuple[engine.EngineFacts, engine.EngineUse]:
+        """What this Engine is and offers (image/engine.py), asked once, only when needed."""
+        if not known:
+            facts = engine.read_facts(client)
+            known.append((facts, engine.decide(facts)))
+        return known[0]
+
+    if opts.push and (refused := this_engine()[1].refusal) is not None:
+        raise refused.error()  # before anything is built: nothing could be published
+
+    def export() -> Export:
+        facts, use = this_engine()
+        cache = cache_ref(plan, repo, opts)
+        held = cache is not None and use.cache.value == "registry" and \
+            registry.manifest_digest(repo, cache.rpartition(":")[2]) is not None
+        got = build_export(use, compression, cache, push=opts.push, cache_held=held)
+        said = got.describe() or ["BuildKit's default output, the inline cache"]
+        progress.note(f"building with {facts.builder} on Engine {facts.version} "
+                      f"({facts.store} store): {'; '.join(said)}")
+        return got
+
     # The lock covers making the image and its smoke test: a second imgbuild for this content
     # key waits, then finds the image and the report, and builds and tests nothing. The push
     # is outside it: it only reads the finished image, so two pushes of one image (to two
@@ -221,7 +247,7 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                        cache_from=readable_cache(client, repo, cache_refs(plan, repo, opts)),
                        splice_from=splice_refs(plan, repo, opts),
                        compression=compression_named(compression),
-                       progress=progress)
+                       progress=progress, export=export)
         gated = gate(plan, built, client, repo, run_smoke=opts.smoke, force=opts.force,
                      resmoke=opts.resmoke, progress=progress)
     if opts.push and plan.smoke_model:
@@ -232,6 +258,30 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                         compression=compression, commit=attest.git_commit(ws.images),
                         built=built, progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
+
+
+def cache_ref(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> str | None:
+    """The registry build cache of this target (and platform): every stage's layers, written
+    with mode=max where the Engine can export it, read by the next fresh runner."""
+    if repo.host is None or opts.no_cache or not opts.cache_from or not opts.registry_cache:
+        return None
+    return plan.ref(plan.cache_tag + "-max")
+
+
+def build_export(use: engine.EngineUse, compression: str, cache: str | None, *,
+                 push: bool, cache_held: bool = False) -> Export:
+    """What the build asks of BuildKit on this Engine: the reproducible route (rewrite-timestamp
+    through an OCI archive, its layers in the compression the registry wants, so the push sends
+    them as they are) where the Engine has it. The registry cache where it was asked for
+    (`cache`: --registry-cache) and the Engine exports it: written when the build is pushed
+    (writing needs push rights), and read alone where the registry holds it (`cache_held`):
+    read beside the images' inline caches, BuildKit 0.13 matched neither for the heavy install
+    step (measured on Engine 26.1.5). Off by default: there, a fresh runner got less from it
+    than from the inline cache (bench/registry_cache_bench.py)."""
+    registry_cache = use.cache.value == "registry" and cache is not None
+    return Export(reproducible=use.rewrite_timestamp.value is True, compression=compression,
+                  cache_to=cache if registry_cache and push else None,
+                  cache_from=(cache,) if registry_cache and cache_held else ())
 
 
 def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tuple[str, ...]:
@@ -269,19 +319,25 @@ def earlier_report(plan: Plan, built: Built, client,
     found = smoke.recall(plan.ref(), built.image_id)
     if found is not None or repo.host is None:
         return found
-    digests = client.images.get(plan.ref()).attrs.get("RepoDigests") or []
-    digest = next((d.split("@", 1)[1] for d in digests if d.startswith(repo.name + "@")), None)
-    if digest is None:
-        # Pushed by imgbuild's own client, the Engine records no repo digest: the registry's
-        # content tag is this image when its config is this image's (the config's digest is
-        # the image id).
-        got = registry.get_manifest(repo, plan.content_tag)
-        if got is not None and (got[1].get("config") or {}).get("digest") == built.image_id:
-            digest = got[0]
-    stored = registry.fetch_report(repo, digest) if digest else None
-    if stored is None:
-        return None
-    return smoke.reusable(plan.ref(), built.image_id, stored, f"registry, {repo.name}@{digest}")
+    # The digests the Engine records for the image in this repository. Under the containerd
+    # store it records the image's own index digest there even before any push, which the
+    # registry may not hold: each is only a candidate.
+    digests = [d.split("@", 1)[1] for d in
+               client.images.get(plan.ref()).attrs.get("RepoDigests") or []
+               if d.startswith(repo.name + "@")]
+    # Pushed by imgbuild's own client, the Engine records no repo digest: the registry's
+    # content tag is this image when its config is this image's.
+    got = registry.get_manifest(repo, plan.content_tag)
+    mine = wire.config_digest_of(client, plan.ref(), plan.platform) if got else None
+    if got is not None and mine is not None and \
+            (got[1].get("config") or {}).get("digest") == mine:
+        digests.append(got[0])
+    for digest in dict.fromkeys(digests):
+        stored = registry.fetch_report(repo, digest)
+        if stored is not None:
+            return smoke.reusable(plan.ref(), built.image_id, stored,
+                                  f"registry, {repo.name}@{digest}")
+    return None
 
 
 def gate(plan: Plan, built: Built, client, repo: registry.Repository, *, run_smoke: bool = True,
@@ -345,7 +401,12 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
             built: Built | None = None, progress: Progress = SILENT) -> Published:
     """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
     and provenance when `lock` is given), then move the moving tags: a moving tag never points
-    at something the registry does not fully hold, nor at an image without a passing report.
+    at something the registry does not fully hold, nor at an image without a passing report,
+    and moves only onto a digest that passed `verify` (image/attest.py).
+
+    A content tag never moves: where the registry holds it already, nothing is pushed under it
+    (an image pulled from it is that image: a no-op), and what is published beside it is only
+    what this run made of that very image.
 
     The layers go in `compression` (image/wire.py); those the registry holds for the target's
     previous image (its moving tags) are not sent again. A moving tag is the content tag's own
@@ -357,50 +418,123 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     report_ref = None
     sent = None
     build_cache = None
+    digest = None
     if spliced is not None and not push:
         raise JobFailed(f"{plan.ref()} was spliced in the registry and must be pushed")
     if push:
-        if spliced is not None:
+        held = registry.manifest_digest(repo, plan.content_tag)
+        same = held is not None and held_is_this_image(plan, built, held, client, repo)
+        way = content_tag_way(held, same, pulled=built is not None and built.action == "pulled")
+        if held is not None:
+            digest = held
+            progress.note(f"{plan.ref()} {way.said}", level="info" if same else "warn")
+            # Nothing sent: every layer is the registry's, in the compression it holds them in.
+            layers = registry.image_config(repo, held)[0].get("layers") or []
+            kinds = {kind_of(la.get("mediaType", "")) for la in layers}
+            sent = wire.Pushed(held, b"", kinds.pop() if len(kinds) == 1 else "mixed", 0, 0,
+                               len(layers), 0)
+        elif spliced is not None:
             manifest = spliced.manifest
-            digest = wire.put_manifest(repo, plan.content_tag, manifest)
+            digest = wire.checked_put(repo, plan.content_tag, manifest, spliced.config,
+                                      spliced.facts, ref=plan.ref(), immutable=True)
             got = spliced.pushed
             sent = wire.Pushed(digest, manifest, compression, got.sent_bytes, got.sent_layers,
                                got.reused_layers + spliced.heavy_layers, got.cached_layers)
         else:
             sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
-                             hint_refs=plan.tags, platform=plan.platform, progress=progress)
+                             hint_refs=plan.tags, platform=plan.platform, progress=progress,
+                             immutable=True)
             digest = sent.digest
         pushed.append(f"{plan.ref()}@{digest}")
-        progress.note(f"pushed {plan.ref()}@{digest[:19]}… ({compression}): "
-                      f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}"
-                      + (f"; {sent.cached_layers} from this machine's blob cache"
-                         if sent.cached_layers else "")
-                      + f"), {sent.reused_layers} already in the registry")
-        if gated.report is not None:
-            report_ref = f"{repo.name}:" + registry.push_report(
-                repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
-                                                         "forced": gated.forced})
-        if lock is not None:
-            debs = list(built.os_packages) if built is not None and built.spliced \
-                else attest.os_packages(plan.ref())
-            docs = {"sbom": attest.sbom(plan, lock, digest, debs),
-                    "provenance": attest.provenance(plan, digest, commit)}
-            attest.push(repo, digest, docs)
-            progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
-        build_cache = keep_build_cache(plan, repo, digest, progress)
+        if held is None and sent is not None:
+            progress.note(f"pushed {plan.ref()}@{digest[:19]}… ({compression}): "
+                          f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}"
+                          + (f"; {sent.cached_layers} from this machine's blob cache"
+                             if sent.cached_layers else "")
+                          + f"), {sent.reused_layers} already in the registry")
+        # What this run made of this very image goes beside it: its smoke report (where the
+        # gate ran here, not where it took the registry's), its SBOM and provenance; each only
+        # where the registry lacks it. Nothing is said of another image under the same tag.
+        if way.attach:
+            if gated.report is not None and registry.fetch_report(repo, digest) is None:
+                report_ref = f"{repo.name}:" + registry.push_report(
+                    repo, digest, gated.report.to_dict() | {"ok": gated.report.ok,
+                                                             "forced": gated.forced})
+            if lock is not None and (held is None or not attest.stored(repo, digest)):
+                debs = list(built.os_packages) if built is not None and built.spliced \
+                    else attest.os_packages(plan.ref())
+                docs = {"sbom": attest.sbom(plan, lock, digest, debs),
+                        "provenance": attest.provenance(plan, digest, commit)}
+                attest.push(repo, digest, docs)
+                progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
+        if held is None:
+            build_cache = keep_build_cache(plan, repo, digest, progress)
     moved: list[str] = []
     if gated.open:
+        if push:
+            assert digest is not None
+            checked = attest.verify(repo, digest)
+            if not checked.ok:
+                raise JobFailed(
+                    f"the moving tags of {plan.target} were not moved: {repo.name}@"
+                    f"{digest[:19]}… did not pass verify",
+                    facts=[f"{c}: {detail}" for c, ok, detail in checked.checks if not ok],
+                    hint=f"`imgbuild verify {repo.name}@{digest}` says the same; the "
+                         "content tag stays as it is (content tags never move): push to "
+                         "another repository, or delete that manifest in the registry and "
+                         "build again")
         for t in plan.tags:
             if img is not None:
                 img.tag(plan.repository, t)
                 moved.append(plan.ref(t))
             if push:
-                pushed.append(f"{plan.ref(t)}@"
-                              f"{registry.tag_manifest(repo, plan.content_tag, t)}")
+                pushed.append(f"{plan.ref(t)}@{registry.tag_manifest(repo, digest, t)}")
     return Published(tuple(pushed), tuple(moved), report_ref,
-                     compression if sent else None, sent.sent_bytes if sent else 0,
+                     sent.compression if sent else None, sent.sent_bytes if sent else 0,
                      sent.reused_layers if sent else 0, sent.cached_layers if sent else 0,
                      build_cache)
+
+
+@dataclass(frozen=True)
+class ContentTagWay:
+    """What publish does under the content tag, given what the registry holds there."""
+
+    push: bool  # send the image and put its manifest under the content tag
+    attach: bool  # put this run's smoke report, SBOM and provenance beside it, where missing
+    said: str  # what the user is told (after the ref)
+
+
+def content_tag_way(held: str | None, same: bool, *, pulled: bool) -> ContentTagWay:
+    """A content tag never moves. Absent: push. Held for this very image (pulled from there,
+    or the same config): a no-op, what this run made of it added where missing. Held for
+    another image (the same inputs built elsewhere, other bytes): nothing of this run's is
+    put under it or beside it; the registry's image stays the one the tag names."""
+    if held is None:
+        return ContentTagWay(True, True, "")
+    if same:
+        return ContentTagWay(False, True, f"is in the registry already ({held[:19]}…)"
+                             + (", pulled from there" if pulled else "") + ": nothing to push")
+    return ContentTagWay(False, False,
+                         f"is in the registry already as another image ({held[:19]}…, built "
+                         "elsewhere from the same inputs); content tags never move, so this "
+                         "build was not pushed over it")
+
+
+def held_is_this_image(plan: Plan, built: Built | None, held: str, client,
+                       repo: registry.Repository) -> bool:
+    """Whether the manifest the registry holds under the content tag (`held`) is the image
+    this run has: the one it pulled from there, the one it spliced, or one whose config is
+    the local image's."""
+    if built is None:
+        return False
+    if built.action == "pulled":
+        return built.registry_digest == held
+    if built.spliced is not None:
+        return (registry.image_config(repo, held)[0].get("config") or {}).get("digest") \
+            == built.spliced.config_digest
+    mine = wire.config_digest_of(client, plan.ref(), plan.platform)
+    return mine is not None and (
+        registry.image_config(repo, held)[0].get("config") or {}).get("digest") == mine
 
 
 def keep_build_cache(plan: Plan, repo: registry.Repository, digest: str,

@@ -40,6 +40,7 @@ class Stored:
     descriptor: dict | None
     architecture: str | None = None
     report: dict | None = None
+    problems: tuple[str, ...] = ()  # what `verify` finds wrong with the image itself
 
 
 def refusals(stored: tuple[Stored, ...]) -> list[str]:
@@ -51,6 +52,7 @@ def refusals(stored: tuple[Stored, ...]) -> list[str]:
         if s.descriptor is None:
             problems.append(f"{s.platform}: {s.ref} is not in the registry")
             continue
+        problems.extend(f"{s.platform}: {p}" for p in s.problems)
         if s.architecture != s.platform.split("/", 1)[1]:
             problems.append(f"{s.platform}: {s.ref} is an image for {s.architecture}")
         digest = s.descriptor["digest"]
@@ -73,7 +75,8 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *,
             continue
         _, config = registry.image_config(repo, d["digest"])
         stored.append(Stored(p.platform, p.ref(), d, config.get("architecture"),
-                             registry.fetch_report(repo, d["digest"])))
+                             registry.fetch_report(repo, d["digest"]),
+                             tuple(registry.image_problems(repo, d["digest"]))))
     problems = refusals(tuple(stored))
     if problems:
         raise JobFailed(

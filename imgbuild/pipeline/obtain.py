@@ -18,7 +18,7 @@ from typing import IO
 from ..errors import JobFailed
 from ..image import attest, daemon, layercut, registry, splice, wire
 from ..image import base as base_image
-from ..image.buildkit import BuildResult, docker_build
+from ..image.buildkit import BuildResult, Export, docker_build
 from ..image.compression import Compression
 from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
@@ -48,9 +48,13 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
            smoke_dir: Callable[[], Path | None] = lambda: None, rebuild: bool = False,
            no_cache: bool = False, log_dir: Path | None = None,
            cache_from: tuple[str, ...] = (), splice_from: tuple[str, ...] = (),
-           compression: Compression | None = None, progress: Progress = SILENT) -> Built:
+           compression: Compression | None = None, progress: Progress = SILENT,
+           export: Callable[[], Export] = Export) -> Built:
     """The image for the content tag: already here, in the registry (pulled), or built
     (reusing the layers of the images `cache_from` names, by their inline cache).
+
+    export: what more than its default BuildKit is asked for (image/buildkit.py Export),
+    decided from the Engine only when something is built.
 
     splice_from: tags of the registry whose heavy layers the image may take as they are, its
     other layers built without them and pushed in `compression` (image/splice.py); for a build
@@ -74,7 +78,8 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
         if got is not None:
             return got
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke, no_cache=no_cache,
-                         log_dir=log_dir, cache_from=cache_from, progress=progress)
+                         log_dir=log_dir, cache_from=cache_from, progress=progress,
+                         export=export())
     img = client.images.get(plan.ref())
     return Built("built", img.id, img.attrs.get("Size", 0), result)
 
@@ -288,7 +293,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                 progress: Progress = SILENT, with_heavy: bool = True,
                 tag: str | None = None, rest: str = "install",
                 tar_sink: Callable[[IO[bytes]], None] | None = None,
-                log_name: str | None = None) -> BuildResult:
+                log_name: str | None = None, export: Export = Export()) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag (or `tag`) on success only. with_heavy=False: the top of a splice; rest and
     tar_sink: render.dockerfile's and buildkit.docker_build's; log_name: the build log's name
@@ -311,7 +316,8 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
         try:
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache,
-                                cache_from=cache_from, tag=tag, tar_sink=tar_sink)
+                                cache_from=cache_from, tag=tag, tar_sink=tar_sink,
+                                export=export)
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise

@@ -84,7 +84,11 @@ def _install(lock_file: str, plan: Plan) -> str:
     # mounted for this step only; uv's cache is a cache mount, so it is reused across builds
     # and never stored in the image. IMGBUILD_INDEX_FLAGS says where wheels come from (an
     # index, or the context's wheelhouse); it is a build argument so that the source of
-    # identical, hash-checked files does not change the content key.
+    # identical, hash-checked files does not change the content key. The bytecode is
+    # checked against its source's hash, not its time (PYC_INVALIDATION_MODE, which uv's
+    # compile step reads): a reproducible build sets every file's time to SOURCE_DATE_EPOCH
+    # after the install (image/buildkit.py), which would make time-stamped .pyc files stale
+    # and have Python compile every module again at each start on a read-only root.
     return (
         "RUN --mount=type=cache,id=imgbuild-uv,target=/root/.cache/uv,sharing=locked \\\n"
         "    --mount=type=secret,id=cacert \\\n"
@@ -92,7 +96,8 @@ def _install(lock_file: str, plan: Plan) -> str:
         f"    --mount=type=bind,source=tools,target={TOOLS} \\\n"
         f"    --mount=type=bind,source=wheels,target={WHEELS} \\\n"
         "    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert; fi; \\\n"
-        f"    {TOOLS}/uv pip install --python {VENV}/bin/python --require-hashes --no-deps \\\n"
+        f"    PYC_INVALIDATION_MODE=CHECKED_HASH {TOOLS}/uv pip install \\\n"
+        f"      --python {VENV}/bin/python --require-hashes --no-deps \\\n"
         "      --link-mode=copy --compile-bytecode $IMGBUILD_INDEX_FLAGS \\\n"
         f"      -r {ASSETS}/{lock_file}" + _prune(plan, lock_file.split(".")[0]) + "\n"
     )

@@ -14,7 +14,7 @@ def run(args, out) -> int:
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
                         no_cache=args.no_cache, cache_from=not args.no_cache_from,
                         resmoke=args.resmoke, compression=args.compression,
-                        splice=not args.no_splice,
+                        splice=not args.no_splice, registry_cache=args.registry_cache,
                         log_dir=logs)
     outcome = build_target(ws, opts, out.progress())
     if isinstance(outcome, MultiOutcome):

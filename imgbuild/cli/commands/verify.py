@@ -8,9 +8,12 @@ from ..views import image as views
 
 
 def run(args, out) -> int:
-    name, _, tag = args.ref.rpartition(":")
+    if "@" in args.ref:  # REPO@sha256:…: the manifest itself, whatever tags name it
+        name, _, tag = args.ref.partition("@")
+    else:
+        name, _, tag = args.ref.rpartition(":")
     if not name or "/" in tag:
-        raise InputError(f"{args.ref}: expected HOST[:PORT]/REPO:TAG",
+        raise InputError(f"{args.ref}: expected HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@DIGEST",
                          hint="e.g. 127.0.0.1:5000/imgbuild:tiny-cpu")
     repo = Repository.parse(name)
     if repo.host is None:

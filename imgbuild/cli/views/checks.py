@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +16,10 @@ from ...checks import checkmodel, doctor
 from ...checks.checkmodel.findings import engine_label
 from ...checks.patches import PatchReport
 from ..console import Output
+from . import kv, table
+
+if TYPE_CHECKING:  # the Docker SDK is loaded by `doctor --host` alone
+    from ...image.engine import EngineFacts, EngineUse
 
 
 def _check_model_human(report: checkmodel.Report, console: Console) -> None:
@@ -189,6 +194,40 @@ def doctor_report(out: Output, report: doctor.DoctorReport) -> None:
         out.print_json(report.to_dict())
     else:
         _doctor_human(report.diagnoses, out.out, source=report.source, engine=report.engine)
+
+
+# What each of EngineUse's decisions is called in the report, in its order.
+HOST_DECISIONS = {"save": "push reads", "image_id": "image id", "cache": "build cache",
+                  "source_date_epoch": "SOURCE_DATE_EPOCH", "rewrite_timestamp":
+                  "rewrite-timestamp", "zstd": "pulls zstd", "publish": "publishes"}
+
+
+def _store_words(f: EngineFacts) -> str:
+    detail = ", ".join(x for x in (f.storage_driver, f.driver_type) if x)
+    name = {"classic": "classic", "containerd": "containerd image store"}.get(f.store,
+                                                                               "not known")
+    return f"{name} ({detail})"
+
+
+def doctor_host(out: Output, facts: EngineFacts, use: EngineUse) -> None:
+    """The Engine and the client, then each decision with its reason; a refusal on stderr."""
+    if out.json:
+        out.print_json({"engine": facts.to_dict()} | use.to_dict())
+        return
+    f = facts
+    kv(out.out, f"{f.product} {f.version} at {f.host}", [
+        ("engine", f"{f.version} (API {f.api_version}), {f.platform}, {f.operating_system}"),
+        ("store", _store_words(f)),
+        ("builder", f.builder),
+        ("client", f"{f.client_path} {f.client_version}")])
+    out.out.print()
+    table(out.out, "what imgbuild does with it", ["decision", "choice", "why"], [
+        [HOST_DECISIONS.get(k, k), ("yes" if d.value else "no") if isinstance(d.value, bool)
+         else str(d.value), d.why] for k, d in use.decisions().items()])
+    if use.refusal is None:
+        out.out.print("[green]ok[/]: imgbuild can build and publish with this Engine")
+    else:
+        out.error(use.refusal.error())
 
 
 def check_model(out: Output, report: checkmodel.Report) -> None:
