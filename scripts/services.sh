@@ -2,7 +2,8 @@
 # Installs and starts what imgbuild and its tests need on a fresh Debian-like machine, as root:
 # uv, Debian's docker.io (dockerd + the 20.10 client with BuildKit built in), docker-registry
 # (CNCF distribution) on 127.0.0.1:5000, debootstrap, containerd's ctr and Chromium (for the
-# tests). Reuses whatever already runs.
+# tests), and Docker Engine 26 beside the system's (scripts/engines.sh). Reuses whatever
+# already runs.
 set -euo pipefail
 
 REGISTRY_ADDR="${IMGBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
@@ -82,4 +83,10 @@ YML
   for _ in $(seq 1 40); do curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 && break; sleep 0.25; done
   curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null || { say "registry did not come up:"; tail -20 "$STATE/registry.log" >&2; exit 3; }
 fi
+# Docker Engine 26 beside the system's 20.10, from Debian trixie, without replacing it: two
+# daemons of its own (the classic image store and the containerd image store), on which the
+# tests run the core path (tests/test_engines.py). A machine that cannot have them (no network
+# to Debian) still runs everything else; those tests skip, saying so.
+bash "$(dirname "$0")/engines.sh" || say "Engine 26 was not started (scripts/engines.sh failed); its tests will be skipped"
+
 say "ready: dockerd $(/usr/bin/docker version --format '{{.Server.Version}}'), registry http://$REGISTRY_ADDR, $(uv --version)"

@@ -13,6 +13,15 @@ through a bridge of their own, NATed by two iptables rules this module adds and 
 daemon itself is told not to touch iptables, so the shared Engine's rules are left as they
 are. Needs root, `ip` and `iptables` (a machine where `make services` runs has them); without
 them the test is skipped, saying so.
+
+By default it is the system's dockerd (the one on PATH), with the classic store. `bin_dir` starts
+another one, Engine 26 from scripts/engines.sh's install (tests/engines.py
+`engine26_bin_dir()`): that directory and its sibling bin/ (an install tree's usr/sbin and
+usr/bin) come first on its PATH, so that it also runs their containerd, shim, docker-proxy and
+docker-init (and the system's runc); `containerd_store=True` gives it the containerd image store
+(`{"features": {"containerd-snapshotter": true}}`). Its `env` is what imgbuild needs to use it:
+DOCKER_HOST, and with bin_dir the client beside it (IMGBUILD_DOCKER) and a DOCKER_CONFIG that
+holds its buildx plugin.
 """
 
 from __future__ import annotations
@@ -36,13 +45,35 @@ class FreshEngine:
     """The running daemon: where to reach it, and a restart (what a host's upgrade or crash
     does to a build in flight)."""
 
-    def __init__(self, root: Path, bridge: str):
+    def __init__(self, root: Path, bridge: str, bin_dir: Path | None = None,
+                 containerd_store: bool = False):
         self.root = root
         self.host = f"unix://{root / 'docker.sock'}"  # DOCKER_HOST for imgbuild and docker
-        self._argv = ["dockerd", "--data-root", str(root / "data"),
+        self.containerd_store = containerd_store
+        config = []
+        if containerd_store:
+            (root / "daemon.json").write_text('{"features": {"containerd-snapshotter": true}}\n')
+            config = ["--config-file", str(root / "daemon.json")]
+        self._argv = [str(bin_dir / "dockerd") if bin_dir else "dockerd", *config,
+                      "--data-root", str(root / "data"),
                       "--exec-root", str(root / "exec"), "--pidfile", str(root / "dockerd.pid"),
                       "-H", self.host, "--bridge", bridge,
                       "--iptables=false", "--ip-masq=false", "--ip-forward=false"]
+        self._env: dict[str, str] | None = None
+        # What imgbuild and the docker client need to use it.
+        self.env: dict[str, str] = {"DOCKER_HOST": self.host}
+        if bin_dir is not None:
+            paths = _bin_dirs(bin_dir)
+            self._env = dict(os.environ, PATH=os.pathsep.join(
+                [*map(str, paths), os.environ.get("PATH", "")]))
+            client = next((p / "docker" for p in paths if (p / "docker").exists()), None)
+            plugin = bin_dir.parent / "libexec" / "docker" / "cli-plugins" / "docker-buildx"
+            if client is not None:
+                self.env["IMGBUILD_DOCKER"] = str(client)
+            if plugin.exists():
+                (root / "docker-config" / "cli-plugins").mkdir(parents=True)
+                (root / "docker-config" / "cli-plugins" / "docker-buildx").symlink_to(plugin)
+                self.env["DOCKER_CONFIG"] = str(root / "docker-config")
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -56,7 +87,8 @@ class FreshEngine:
     def start(self) -> None:
         with open(self.root / "dockerd.log", "ab") as log:
             self._proc = subprocess.Popen(self._argv, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          env=self._env)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -113,11 +145,19 @@ class FreshEngine:
         return False
 
 
-def missing() -> str | None:
+def _bin_dirs(bin_dir: Path) -> list[Path]:
+    """bin_dir, and its sibling bin/ where there is one (usr/sbin's usr/bin)."""
+    sibling = bin_dir.parent / "bin"
+    return [bin_dir, sibling] if sibling != bin_dir and sibling.is_dir() else [bin_dir]
+
+
+def missing(bin_dir: Path | None = None) -> str | None:
     """Why this machine cannot start one (None when it can)."""
     if os.geteuid() != 0:
         return "a second Docker Engine needs root"
-    for tool in ("dockerd", "ip", "iptables"):
+    if bin_dir is not None and not (bin_dir / "dockerd").exists():
+        return f"no dockerd in {bin_dir} (make services installs Engine 26: scripts/engines.sh)"
+    for tool in ("ip", "iptables") if bin_dir is not None else ("dockerd", "ip", "iptables"):
         if shutil.which(tool) is None:
             return f"a second Docker Engine needs {tool} on PATH"
     if Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() != "1":
@@ -139,7 +179,8 @@ def _sh(*cmd: str) -> None:
 
 
 @contextlib.contextmanager
-def fresh_engine() -> Iterator[FreshEngine]:
+def fresh_engine(bin_dir: Path | None = None,
+                 containerd_store: bool = False) -> Iterator[FreshEngine]:
     # A short path: a unix socket's path has a 108-byte limit.
     root = Path(tempfile.mkdtemp(prefix="ibfe-", dir="/tmp"))
     bridge = "ibfe" + uuid.uuid4().hex[:8]
@@ -161,7 +202,7 @@ def fresh_engine() -> Iterator[FreshEngine]:
         for rule in forward:
             _sh("iptables", "-I", *rule)
             undo.append(["iptables", "-D", *rule])
-        engine = FreshEngine(root, bridge)
+        engine = FreshEngine(root, bridge, bin_dir, containerd_store)
         engine.start()
         yield engine
     finally:
