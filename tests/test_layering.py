@@ -286,7 +286,39 @@ DEFERRED = {
     ("imgbuild.cli.commands.doctor", "imgbuild.image"): "the Docker Engine's facts, for --host",
     ("imgbuild.cli.commands.doctor", "imgbuild.image.engine"): "likewise",
     ("imgbuild.lock.wheels", "requests"): "only where a request is made",
+    # A build that finds its image here and the smoke report this machine made for it (the
+    # no-op build, issue 46) loads none of what builds, pushes, splices or asks a registry:
+    # they took longer to import than the rest of such a build (bench/startup_bench.py).
+    # test_a_no_op_build_and_plan_load_nothing_heavy holds it.
+    ("imgbuild.pipeline.build", "imgbuild.image.base"): "BuildKit, the wire, the Engine's "
+                                                        "facts, the base images: to build or push",
+    ("imgbuild.pipeline.build", "imgbuild.image.buildkit"): "likewise",
+    ("imgbuild.pipeline.build", "imgbuild.image.engine"): "likewise",
+    ("imgbuild.pipeline.build", "imgbuild.image.wire"): "likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.base"): "to build or splice, likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.buildkit"): "likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.context"): "likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.layercut"): "likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.splice"): "likewise",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.wire"): "likewise",
+    # The Engine client asks the local socket itself for what such a build asks (is the image
+    # here, tag it); the docker SDK (and requests) only for the rest.
+    ("imgbuild.image.daemon", "docker"): "the SDK's client, made on first use",
+    ("imgbuild.image.daemon", "docker.errors"): "likewise",
+    ("imgbuild.image.daemon", "uuid"): "a container's name, only where one runs",
+    ("imgbuild.image.registry", "docker.errors"): "a pull through the Engine",
+    ("imgbuild.image.registry", "imgbuild.image.distribution"): "a registry's requests",
+    ("imgbuild.image.compression", "deflate"): "the compressors, where they run",
+    ("imgbuild.image.compression", "zstandard"): "likewise",
 }
+
+# What neither `plan` nor a no-op build loads (test_a_no_op_build_and_plan_load_nothing_heavy):
+# the Docker SDK and HTTP, the compressors, and the stages that build, push and splice.
+HEAVY = ("docker", "requests", "urllib3", "zstandard", "deflate", "imgbuild.image.wire",
+         "imgbuild.image.buildkit", "imgbuild.image.engine", "imgbuild.image.base",
+         "imgbuild.image.splice", "imgbuild.image.layercut", "imgbuild.image.context",
+         "imgbuild.image.distribution", "imgbuild.image.blobcache", "imgbuild.image.exported",
+         "imgbuild.image.sizes", "imgbuild.image.preflight", "imgbuild.pipeline.pull")
 
 
 @pytest.mark.parametrize("module", ["imgbuild.plan.key", "imgbuild.plan.decide",
@@ -299,3 +331,92 @@ def test_planning_loads_no_terminal_or_docker(module):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# `imgbuild plan tiny-cpu`, and `imgbuild tiny-cpu` where the image is here and passed its smoke
+# test on this machine (the Engine faked, the report in a directory of the test's): the CLI as a
+# user runs it, in a fresh interpreter; what it loaded and which processes it started.
+NO_OP = """
+import json, subprocess, sys
+from pathlib import Path
+started = []
+def refuse(self, args, *a, **k):
+    started.append(args if isinstance(args, str) else list(args))
+    raise OSError("no process may start here")
+subprocess.Popen.__init__ = refuse
+from imgbuild.image import daemon, smoke
+ID = "sha256:" + "5" * 64
+class Image:
+    id = ID
+    attrs = {"Id": ID, "Size": 1}
+    def tag(self, repository, tag=None, **kw):
+        return True
+class Images:
+    def get(self, ref):
+        return Image()
+class Engine:
+    images = Images()
+daemon.client = lambda: Engine()
+smoke._cache_file = lambda image_id: Path(sys.argv[3]) / "report.json"
+smoke.remember(smoke.SmokeReport("imgbuild:tiny-cpu", True, ({"name": "environment",
+               "status": "pass"},), 1.0, {"ok": True}, ID))
+from imgbuild.cli.main import main
+rc = main(json.loads(sys.argv[1]))
+heavy = json.loads(sys.argv[2])
+print(json.dumps({"rc": rc, "started": started,
+                  "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def _chains(loaded: list[str], entry: str) -> list[str]:
+    """For each module `loaded`, the chain of top-level imports that leads to it from `entry`
+    (read from the source: the message names the import to move into its function)."""
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for mod, _ in _imports(name, path, top_level_only=True):
+            while mod.count(".") and mod not in MODULES and not mod.startswith(tuple(HEAVY)):
+                mod = mod.rpartition(".")[0]
+            edges.setdefault(name, set()).add(mod)
+    out = []
+    for target in loaded:
+        seen, queue = {entry: [entry]}, [entry]
+        while queue:
+            at = queue.pop(0)
+            for nxt in sorted(edges.get(at, ())):
+                if nxt not in seen:
+                    seen[nxt] = seen[at] + [nxt]
+                    queue.append(nxt)
+        hit = next((m for m in seen if m == target or m.startswith(target + ".")), None)
+        out.append(" -> ".join(seen[hit]) if hit else f"{target} (loaded at run time)")
+    return out
+
+
+@pytest.fixture(scope="module")
+def checks_cached() -> None:
+    """The dependency check's facts in this machine's cache, as after a user's first `plan`: a
+    cold cache fetches wheels (requests), which is not what this is about."""
+    r = subprocess.run([sys.executable, "-m", "imgbuild.cli", "plan", "tiny-cpu"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("argv,entry", [
+    (["tiny-cpu"], "imgbuild.cli.commands.build"),
+    (["plan", "tiny-cpu"], "imgbuild.cli.commands.plan"),
+], ids=["no-op build", "plan"])
+def test_a_no_op_build_and_plan_load_nothing_heavy(checks_cached, tmp_path, argv, entry):
+    """Importing the docker SDK, requests and the compressors, BuildKit's driver, the wire and
+    the base images took longer than the rest of a no-op build, which was 2.2x `plan` with them
+    (issue 46): neither loads them, and the no-op build starts no process (`git`, `docker`)."""
+    import json
+
+    r = subprocess.run([sys.executable, "-c", NO_OP, json.dumps(argv), json.dumps(HEAVY),
+                        str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    if argv[0] == "tiny-cpu":
+        assert "nothing to build" in r.stdout + r.stderr  # the path this test is about
+        assert "smoke test not run again" in r.stdout + r.stderr
+    assert got["started"] == []
+    assert got["loaded"] == [], "\n".join(_chains(got["loaded"], entry))

@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import deflate
-import zstandard
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InputError
@@ -52,6 +50,11 @@ class Compression:
         and its version (another libdeflate or libzstd may write other bytes for the same
         layer, so the blob cache keeps their blobs apart; the deflate package bundles its
         libdeflate)."""
+        # The compressors are imported where they run: naming a compression (a build that finds
+        # its image does) needs neither.
+        import deflate
+        import zstandard
+
         if self.name == "zstd":
             return f"zstd-{self.level}-libzstd{'.'.join(map(str, zstandard.ZSTD_VERSION))}"
         return f"gzip-{self.level}-{GZIP_BLOCK >> 20}MiB-libdeflate-py{deflate.__version__}"
@@ -86,6 +89,8 @@ def cpu_workers() -> int:
 def _zstd(chunks: Iterable[bytes], level: int, size: int, threads: int = -1) -> Iterator[bytes]:
     # threads=-1: one worker per core. The frame records the content size, so a reader can
     # allocate once; the output is the same for any number of workers >= 1.
+    import zstandard  # imported on use: see Compression.recipe
+
     cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_content_size=True)
     chunker = cctx.chunker(size=size, chunk_size=READ_CHUNK)
     for chunk in chunks:
@@ -95,6 +100,8 @@ def _zstd(chunks: Iterable[bytes], level: int, size: int, threads: int = -1) -> 
 
 def _deflate_block(block: bytes, level: int) -> bytes:
     # A gzip member with a fixed header (mtime 0, no name), so equal blocks give equal bytes.
+    import deflate  # imported on use: see Compression.recipe
+
     return deflate.gzip_compress(block, level)
 
 
@@ -175,6 +182,8 @@ class Inflater:
         if self.kind == "gzip":
             return zlib.decompressobj(wbits=31)
         if self.kind == "zstd":
+            import zstandard  # imported on use: see Compression.recipe
+
             return zstandard.ZstdDecompressor().decompressobj()
         return None
 

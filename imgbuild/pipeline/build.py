@@ -12,13 +12,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import JobFailed
-from ..image import attest, buildlock, daemon, engine, inlinecache, registry, smoke, wire
-from ..image import base as base_image
-from ..image.buildkit import Export
+from ..image import attest, buildlock, daemon, inlinecache, registry, smoke
 from ..image.compression import compression as compression_named
 from ..image.compression import kind_of
 from ..lock.lockfile import Lockfile
@@ -30,6 +29,14 @@ from ..workspace import Workspace
 from .index import Assembled, assemble
 from .obtain import Built, obtain
 from .smokemodel import publish_smoke_model, smoke_model
+
+# What a build that finds its image here and its smoke report reused does not use is imported
+# where it is used: the Docker Engine's facts and BuildKit (to build), the wire and the base
+# images (to push, to build, for other platforms). Those imports took longer than the rest of
+# such a build (bench/startup_bench.py; tests/test_layering.py keeps them out of it).
+if TYPE_CHECKING:
+    from ..image import engine
+    from ..image.buildkit import Export
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,8 @@ def build_target(ws: Workspace, opts: BuildOptions,
     chosen = tuple(r.target.platforms[0] for r in ws.platform_refs(opts.target, opts.platforms))
     if not target.multi_platform:
         return build_platform(ws, opts, chosen[0], progress)
+    from ..image import base as base_image  # imported on use: several platforms
+
     start = time.monotonic()
     repo = registry.repository(opts.registry, opts.push)
     index = make_index_plan(ws, opts.target, model=opts.model, repository=repo.name,
@@ -163,6 +172,8 @@ def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry
                  progress: Progress = SILENT) -> MultiOutcome:
     """After each platform's gate: the moving tags locally onto this host's platform image,
     and in the registry onto the index, assembled once every platform passed and was pushed."""
+    from ..image import base as base_image  # imported on use: several platforms
+
     host = base_image.host_platform()
     failed = [f"{o.plan.platform}: {o.gate.held}" for o in outcomes if not o.gate.open]
     missing = [p for p in index.platforms if p not in {o.plan.platform for o in outcomes}]
@@ -214,6 +225,8 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
 
     def this_engine() -> tuple[engine.EngineFacts, engine.EngineUse]:
         """What this Engine is and offers (image/engine.py), asked once, only when needed."""
+        from ..image import engine  # imported on use: to push or to build
+
         if not known:
             facts = engine.read_facts(client)
             known.append((facts, engine.decide(facts)))
@@ -255,7 +268,9 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
         publish_smoke_model(ws, plan.smoke_model, plan.smoke_model_key, client, repo,
                             log_dir=opts.log_dir, progress=progress)
     published = publish(plan, gated, client, repo, push=opts.push, lock=lock,
-                        compression=compression, commit=attest.git_commit(ws.images),
+                        compression=compression,
+                        # only a push writes provenance: no `git` run for a build kept here
+                        commit=attest.git_commit(ws.images) if opts.push else None,
                         built=built, progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
@@ -278,6 +293,8 @@ def build_export(use: engine.EngineUse, compression: str, cache: str | None, *,
     read beside the images' inline caches, BuildKit 0.13 matched neither for the heavy install
     step (measured on Engine 26.1.5). Off by default: there, a fresh runner got less from it
     than from the inline cache (bench/registry_cache_bench.py)."""
+    from ..image.buildkit import Export  # imported on use: to build
+
     registry_cache = use.cache.value == "registry" and cache is not None
     return Export(reproducible=use.rewrite_timestamp.value is True, compression=compression,
                   cache_to=cache if registry_cache and push else None,
@@ -319,6 +336,8 @@ def earlier_report(plan: Plan, built: Built, client,
     found = smoke.recall(plan.ref(), built.image_id)
     if found is not None or repo.host is None:
         return found
+    from ..image import wire  # imported on use: the registry's report
+
     # The digests the Engine records for the image in this repository. Under the containerd
     # store it records the image's own index digest there even before any push, which the
     # registry may not hold: each is only a candidate.
@@ -422,6 +441,8 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     if spliced is not None and not push:
         raise JobFailed(f"{plan.ref()} was spliced in the registry and must be pushed")
     if push:
+        from ..image import wire  # imported on use: a build kept here sends nothing
+
         held = registry.manifest_digest(repo, plan.content_tag)
         same = held is not None and held_is_this_image(plan, built, held, client, repo)
         way = content_tag_way(held, same, pulled=built is not None and built.action == "pulled")
@@ -527,6 +548,8 @@ def held_is_this_image(plan: Plan, built: Built | None, held: str, client,
     the local image's."""
     if built is None:
         return False
+    from ..image import wire  # imported on use: to push
+
     if built.action == "pulled":
         return built.registry_digest == held
     if built.spliced is not None:

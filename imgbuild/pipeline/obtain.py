@@ -13,20 +13,24 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..errors import JobFailed
-from ..image import attest, daemon, layercut, registry, splice, wire
-from ..image import base as base_image
-from ..image.buildkit import BuildResult, Export, docker_build
+from ..image import attest, daemon, registry
 from ..image.compression import Compression
-from ..image.context import Secrets, index_flags, prepare_build
 from ..lock.lockfile import Lockfile
 from ..lock.wheels import mirror_index
 from ..plan import render
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
+
+# What builds and splices (BuildKit, the build context, base images, the wire) is imported where
+# it is used: an image found here or pulled needs none of it, and it took longer to import than
+# the rest of such a build (bench/startup_bench.py; tests/test_layering.py keeps it out of it).
+if TYPE_CHECKING:
+    from ..image import layercut, splice, wire
+    from ..image.buildkit import BuildResult, Export
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,12 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
            no_cache: bool = False, log_dir: Path | None = None,
            cache_from: tuple[str, ...] = (), splice_from: tuple[str, ...] = (),
            compression: Compression | None = None, progress: Progress = SILENT,
-           export: Callable[[], Export] = Export) -> Built:
+           export: Callable[[], Export] | None = None) -> Built:
     """The image for the content tag: already here, in the registry (pulled), or built
     (reusing the layers of the images `cache_from` names, by their inline cache).
 
-    export: what more than its default BuildKit is asked for (image/buildkit.py Export),
-    decided from the Engine only when something is built.
+    export: what more than its default BuildKit is asked for (image/buildkit.py Export;
+    None: Export()), decided from the Engine only when something is built.
 
     splice_from: tags of the registry whose heavy layers the image may take as they are, its
     other layers built without them and pushed in `compression` (image/splice.py); for a build
@@ -69,6 +73,8 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             img = client.images.get(plan.ref())
             progress.note(f"{plan.ref()} found in the registry: pulled instead of building")
             return Built("pulled", img.id, img.attrs.get("Size", 0), registry_digest=digest)
+    from ..image.buildkit import Export  # imported on use: to build
+
     # Asked only of a target that carries a smoke model: the checkpoint may be made for it.
     smoke = smoke_dir() if plan.smoke_model else None
     if splice_from and compression is not None and not no_cache:
@@ -79,7 +85,7 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             return got
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke, no_cache=no_cache,
                          log_dir=log_dir, cache_from=cache_from, progress=progress,
-                         export=export())
+                         export=(export or Export)())
     img = client.images.get(plan.ref())
     return Built("built", img.id, img.attrs.get("Size", 0), result)
 
@@ -90,6 +96,8 @@ def splice_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: regist
                  progress: Progress = SILENT) -> Built | None:
     """The image made in the registry from a donor's heavy layers and the top built here
     (image/splice.py); None, having said why, where that cannot be done."""
+    from ..image import splice  # imported on use: to splice
+
     heavy = set(plan.heavy_packages)
     patches = ws.patches
     no = splice.refused(plan, lambda p: p in patches and patches[p].package in heavy)
@@ -134,6 +142,8 @@ def _send_top(client, top: str, repo: registry.Repository, plan: Plan, donor: sp
               refs: tuple[str, ...], comp: Compression, progress: Progress) -> wire.Layers:
     """The top's layers into the registry (those it holds, the donor's among them, cost a
     HEAD), and its config read."""
+    from ..image import wire  # imported on use: to splice
+
     with progress.transfer("push", plan.ref()) as moving:
         return wire.send_layers(client, top, repo, comp=comp,
                                 hint_refs=[donor.ref, *(r.rpartition(":")[2] for r in refs)],
@@ -188,6 +198,8 @@ def _make_top(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.
     """The top without its rest install, built, checked against the donor and sent. Raises
     NotCut where the cut does not fit (the top is then built with its rest layer), _Whole
     where the splice does not."""
+    from ..image import layercut, splice  # imported on use: to splice
+
     result = build_image(ws, plan, lock, client, repo, smoke_dir=smoke_dir, log_dir=log_dir,
                          cache_from=cache_from, progress=progress, with_heavy=False, tag=top,
                          rest="skip", log_name=f"{plan.content_tag}.top.build.log")
@@ -223,6 +235,8 @@ def _cut_splice(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
     and sent (the cut waits for the layers under it). None, having said why, where the cut
     does not fit: the caller builds the top with its rest layer. Raises _Whole where the
     splice does not fit."""
+    from ..image import layercut, splice, wire  # imported on use: to splice
+
     start = time.monotonic()
     _base_ready(ws, plan, client, repo)  # once, here, before two builds want it
     beside = _Later()
@@ -293,11 +307,14 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
                 progress: Progress = SILENT, with_heavy: bool = True,
                 tag: str | None = None, rest: str = "install",
                 tar_sink: Callable[[IO[bytes]], None] | None = None,
-                log_name: str | None = None, export: Export = Export()) -> BuildResult:
+                log_name: str | None = None, export: Export | None = None) -> BuildResult:
     """Base, context (with the smoke checkpoint in `smoke_dir`), `docker build`: tags the
     content tag (or `tag`) on success only. with_heavy=False: the top of a splice; rest and
     tar_sink: render.dockerfile's and buildkit.docker_build's; log_name: the build log's name
-    in log_dir (default: the content tag's)."""
+    in log_dir (default: the content tag's); export: None is Export()."""
+    from ..image.buildkit import Export, docker_build  # imported on use: to build
+    from ..image.context import Secrets, index_flags, prepare_build
+
     _base_ready(ws, plan, client, repo)
     if plan.smoke_model and smoke_dir is None:
         raise JobFailed(f"{plan.target} carries smoke model {plan.smoke_model}, and none was "
@@ -317,7 +334,7 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
             return docker_build(plan, built.context, secrets=built.secrets, flags=flags,
                                 progress=progress, log_path=log_path, no_cache=no_cache,
                                 cache_from=cache_from, tag=tag, tar_sink=tar_sink,
-                                export=export)
+                                export=export if export is not None else Export())
         except JobFailed as e:
             e.hint = unreachable_hint(plan.extra_index_urls, e.log_tail, bool(carried)) or e.hint
             raise
@@ -325,6 +342,8 @@ def build_image(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registr
 
 def _base_ready(ws: Workspace, plan: Plan, client, repo: registry.Repository) -> None:
     """The base image here for BuildKit (an imgbuild base pulled from the registry)."""
+    from ..image import base as base_image  # imported on use: to build
+
     if plan.cpu_arch != base_image.host_cpu():
         base_image.check_emulation(plan.cpu_arch)  # every RUN step runs under QEMU
     os_base = ws.catalog.base(plan.base, plan.cpu_arch)

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 from rich.table import Table
 
-from ...image.base import BaseResult
-from ...image.sizes import SizeReport
 from ...image.smoke import SmokeReport
 from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
 from ...pipeline.build import MultiOutcome, Outcome
 from ...pipeline.index import Assembled
-from ...pipeline.preflight import Preflight
-from ...pipeline.pull import PullOutcome
 from ...progress import human_bytes
 from ..console import Output
 from . import kv, table
+
+if TYPE_CHECKING:  # named in annotations only: the build's view loads no base-image, pull,
+    # preflight or size stage (and so no Docker SDK: tests/test_layering.py)
+    from ...image.base import BaseResult
+    from ...image.sizes import SizeReport
+    from ...pipeline.preflight import Preflight
+    from ...pipeline.pull import PullOutcome
 
 
 def build(out: Output, o: Outcome) -> None:
