@@ -24,9 +24,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from ..errors import JobFailed
 from ..fsutil import atomic_write_text
 from . import fatbin, wheels
@@ -71,6 +68,11 @@ def select_members(names: Iterable[str], globs: tuple[str, ...]) -> list[str]:
 
 def codes_in(path: Path) -> set[fatbin.Code]:
     """The GPU code in a shared object on disk: its .nv_fatbin section, scanned."""
+    # Imported here: only a wheel not yet in the cache is read; every `imgbuild lock` imports
+    # this module, and pyelftools costs ~0.1 s of its start-up.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     with path.open("rb") as f:
         try:
             section = ELFFile(f).get_section_by_name(SECTION)

@@ -3,21 +3,24 @@ the overrides a lock still needs, and every conflict explained at once."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from ..catalog.indexes import strip_credentials
 from ..errors import EnvError, ImgbuildError, ResolveError
-from . import conflicts
+from . import checkcache, conflicts
 from .lockfile import Lockfile, LockRequest, parse_body, read_lock, write_lock
 from .uv import index_args, uv_bin, uv_env, uv_version
+from .wheels import mirror_index
 
 # uv's words when a request never got an answer (DNS, refused, timed out, TLS) or the index
 # answered with an error: the machine's network or the index's address, not the requirements.
@@ -111,30 +114,68 @@ class OverrideStatus:
     effect: str  # what dropping it would do, in words
 
 
-def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile) -> list[OverrideStatus]:
-    """Resolve without each override in turn: one that changes nothing is removable."""
-    def one(ov: str) -> OverrideStatus:
-        without = LockRequest(req.target, req.python, req.uv_platform, req.requirements,
-                              tuple(o for o in req.overrides if o != ov), req.extra_index_urls)
-        try:
-            body = resolve(without, wheels)
-        except ResolveError as e:
-            name = canonicalize_name(re.split(r"[<>=!~;\[ ]", ov, maxsplit=1)[0])
-            who = [f"{c.source} requires {c.package}{c.spec}"
-                   for c in conflicts.parse_constraints("\n".join(e.facts)) if c.package == name]
-            return OverrideStatus(ov, True, "without it there is no resolution" +
-                                  (f" ({'; '.join(who)})" if who else ""))
-        pins = {p.name: p.version for p in parse_body(body, "resolution without " + ov)}
-        have = {p.name: p.version for p in locked.packages}
-        changed = sorted(n for n in set(pins) | set(have) if pins.get(n) != have.get(n))
-        if not changed:
-            return OverrideStatus(ov, False, "the resolution is the same without it: removable")
-        shown = ", ".join(f"{n} {have.get(n, '-')} → {pins.get(n, '-')}" for n in changed[:4])
-        return OverrideStatus(ov, True, f"without it: {shown}" +
-                              (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
+def check_workers(n: int) -> int:
+    """Checks at once: each is a uv process that is busy on the network and on a core, and
+    this is a step inside `imgbuild lock`, which may itself lock several targets at once."""
+    return max(1, min(n, os.cpu_count() or 2, 4))
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(one, req.overrides))
+
+def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile, *,
+                    jobs: int | None = None, use_cache: bool = True) -> list[OverrideStatus]:
+    """Resolve without each override in turn: one that changes nothing is removable.
+
+    The checks are independent: they run side by side (`jobs`, default check_workers), and
+    the statuses come back in the request's order of overrides whatever finishes first. Each
+    answer is kept in the check cache (checkcache) by the digest of its inputs, so the same
+    request, environment and lock answer again without uv."""
+    env = uv_env()
+    common = {  # what every check of this request shares: read once, not once per check
+        "uv_version": uv_version(), "uv_settings": checkcache.uv_settings(env),
+        "wheels": checkcache.wheels_signature(wheels),
+        "default_index": checkcache.clean_url(mirror_index()),
+        "locked_pins": locked.digest}
+
+    def one(ov: str) -> OverrideStatus:
+        # Everything of the request but the one override (build_from_source included: a check
+        # that refused sdists the target allows would call an override needed that is not).
+        without = replace(req, overrides=tuple(o for o in req.overrides if o != ov))
+        key = checkcache.check_key(checkcache.CheckInputs(
+            dropped=ov, python=without.python, uv_platform=without.uv_platform,
+            requirements=without.requirements, overrides=without.overrides,
+            extra_index_urls=tuple(strip_credentials(u) for u in without.extra_index_urls),
+            build_from_source=without.build_from_source, **common))
+        if use_cache and (hit := checkcache.load(key, ov)) is not None:
+            return OverrideStatus(**hit)
+        status = _check_one(without, ov, wheels, locked)
+        # Only verdicts are kept: a network failure raises EnvError above and is never stored.
+        checkcache.store(key, asdict(status))
+        return status
+
+    if not req.overrides:
+        return []
+    with ThreadPoolExecutor(max_workers=jobs or check_workers(len(req.overrides))) as pool:
+        return list(pool.map(one, req.overrides))  # map keeps the input order
+
+
+def _check_one(without: LockRequest, ov: str, wheels: Path | None,
+               locked: Lockfile) -> OverrideStatus:
+    """uv's answer for the request without `ov`, compared with the lock, in words."""
+    try:
+        body = resolve(without, wheels)
+    except ResolveError as e:
+        name = canonicalize_name(re.split(r"[<>=!~;\[ ]", ov, maxsplit=1)[0])
+        who = [f"{c.source} requires {c.package}{c.spec}"
+               for c in conflicts.parse_constraints("\n".join(e.facts)) if c.package == name]
+        return OverrideStatus(ov, True, "without it there is no resolution" +
+                              (f" ({'; '.join(who)})" if who else ""))
+    pins = {p.name: p.version for p in parse_body(body, "resolution without " + ov)}
+    have = {p.name: p.version for p in locked.packages}
+    changed = sorted(n for n in set(pins) | set(have) if pins.get(n) != have.get(n))
+    if not changed:
+        return OverrideStatus(ov, False, "the resolution is the same without it: removable")
+    shown = ", ".join(f"{n} {have.get(n, '-')} → {pins.get(n, '-')}" for n in changed[:4])
+    return OverrideStatus(ov, True, f"without it: {shown}" +
+                          (f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""))
 
 
 def lock_many(reqs: list[LockRequest], lock_dir: Path, wheels: Path | None = None, *,
