@@ -98,6 +98,43 @@ def export_args(export: Export, tag: str, archive: Path) -> list[str]:
     return args
 
 
+def build_args(plan: Plan, context: Path, *, secrets: Secrets, flags: str, no_cache: bool,
+               cache_from: tuple[str, ...], tag: str | None, sink: bool, export: Export,
+               environ: dict[str, str], host: str) -> tuple[list[str], Export]:
+    """The `docker build` arguments of docker_build, and the export they ask for (with a tar
+    sink, only the registry cache to read): the image tagged `tag` (default: the content tag)
+    with its id in context/image-id, or written to an OCI archive beside the context
+    (reproducible), or its filesystem streamed as a tar to stdout (`sink`); on a `host` CPU
+    other than the plan's, the plan's platform."""
+    iid = context / "image-id"
+    archive = context.parent / f"{context.name}.oci.tar"
+    if sink:
+        output = ["-o", "type=tar,dest=-"]
+        export = Export(cache_from=export.cache_from)
+    elif export.reproducible:
+        output = []
+    else:
+        output = ["--iidfile", str(iid), "-t", tag or plan.ref()]
+    output += export_args(export, tag or plan.ref(), archive)
+    args = ["build", "--progress=plain", *output,
+            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
+            # No image, no inline cache: asked for, it has the Engine put the last step's
+            # layer into its layer store (its diff read and hashed) before the tar is sent.
+            *(INLINE_CACHE if not sink else ()),
+            *proxy_args(environ),
+            "--label", f"io.imgbuild.content-key={plan.content_key}",
+            *secrets.args(), *(["--no-cache"] if no_cache else []),
+            # The registry cache, where there is one, is read alone (pipeline/build.py
+            # build_export says why).
+            *[a for ref in (() if export.cache_from else cache_from)
+              for a in ("--cache-from", ref)],
+            # Another CPU's image: BuildKit runs its steps under QEMU (binfmt_misc).
+            *(["--platform", f"linux/{DEBIAN_ARCH[plan.cpu_arch]}"]
+              if plan.cpu_arch != host else []),
+            str(context)]
+    return args, export
+
+
 def proxy_args(env: dict[str, str]) -> list[str]:
     """`--build-arg NAME` for each proxy variable set in `env`."""
     return [a for v in PROXY_VARS if env.get(v) for a in ("--build-arg", v)]
@@ -141,30 +178,9 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     Engine once BuildKit has written it."""
     iid = context / "image-id"
     archive = context.parent / f"{context.name}.oci.tar"
-    if tar_sink:
-        output = ["-o", "type=tar,dest=-"]
-        export = Export(cache_from=export.cache_from)
-    elif export.reproducible:
-        output = []
-    else:
-        output = ["--iidfile", str(iid), "-t", tag or plan.ref()]
-    output += export_args(export, tag or plan.ref(), archive)
-    args = ["build", "--progress=plain", *output,
-            "--build-arg", f"IMGBUILD_INDEX_FLAGS={flags}",
-            # No image, no inline cache: asked for, it has the Engine put the last step's
-            # layer into its layer store (its diff read and hashed) before the tar is sent.
-            *(INLINE_CACHE if not tar_sink else ()),
-            *proxy_args(dict(os.environ)),
-            "--label", f"io.imgbuild.content-key={plan.content_key}",
-            *secrets.args(), *(["--no-cache"] if no_cache else []),
-            # The registry cache, where there is one, is read alone (pipeline/build.py
-            # build_export says why).
-            *[a for ref in (() if export.cache_from else cache_from)
-              for a in ("--cache-from", ref)],
-            # Another CPU's image: BuildKit runs its steps under QEMU (binfmt_misc).
-            *(["--platform", f"linux/{DEBIAN_ARCH[plan.cpu_arch]}"]
-              if plan.cpu_arch != host_cpu() else []),
-            str(context)]
+    args, export = build_args(plan, context, secrets=secrets, flags=flags, no_cache=no_cache,
+                              cache_from=cache_from, tag=tag, sink=tar_sink is not None,
+                              export=export, environ=dict(os.environ), host=host_cpu())
     d = cli()
     env = dict(os.environ)
     if d.buildkit_env:
@@ -248,8 +264,7 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     if log:
         log.close()
     secs = time.monotonic() - start
-    missed = {sid for sid in importing
-              if any(" ERROR" in ln for ln in by_step.get(sid, ()))}
+    missed = missed_caches(importing, by_step)
     for sid in sorted(missed):
         why = next(ln.split(" ERROR: ", 1)[-1] for ln in by_step[sid] if " ERROR" in ln)
         # "not found": a tag not pushed yet, the usual case. Anything else (no login, the
@@ -258,8 +273,7 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
             progress.note(f"no cache read from {importing[sid]}: {why[:200]}", level="warn")
     if rc != 0:
         # A cache that could not be read is not why a build failed: BuildKit went on without it.
-        failed = next((sid for sid, lines in by_step.items() if sid not in importing
-                       and any(" ERROR" in ln for ln in lines)), None)
+        failed = failed_step(by_step, importing)
         if sink_error and failed is None:
             raise sink_error[0]  # the sink stopped the build; a failed step stops the sink
         step_tail = list(by_step.get(failed, tail)) if failed else list(tail)
@@ -290,6 +304,19 @@ def docker_build(plan: Plan, context: Path, *, secrets: Secrets, flags: str,
     for ref in imported:
         progress.note(f"  cache read from {ref}")
     return BuildResult(image_id, secs, len(titles), len(cached & set(titles)), imported, flags)
+
+
+def missed_caches(importing: dict[str, str], by_step: dict[str, deque[str]]) -> set[str]:
+    """The --cache-from steps (step -> ref) whose log says ERROR: caches not read."""
+    return {sid for sid in importing
+            if any(" ERROR" in ln for ln in by_step.get(sid, ()))}
+
+
+def failed_step(by_step: dict[str, deque[str]], importing: dict[str, str]) -> str | None:
+    """The first step whose log says ERROR, a cache that could not be read left aside (BuildKit
+    goes on without it: it is not why a build failed)."""
+    return next((sid for sid, lines in by_step.items() if sid not in importing
+                 and any(" ERROR" in ln for ln in lines)), None)
 
 
 def _load(archive: Path, tag: str, progress: Progress) -> str:

@@ -88,6 +88,23 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 
+def token_query(params: dict[str, str], scope: str | None) -> dict[str, str]:
+    """The token service's query for a Bearer challenge's `params`: its service, and the scope
+    this request needs (else the one the challenge names; none where neither does)."""
+    query = {"service": params.get("service", "")}
+    if scope or params.get("scope"):
+        query["scope"] = scope or params["scope"]
+    return query
+
+
+def scope_words(scope: str | None) -> tuple[str, str]:
+    """(the actions, the repository path) a token scope `repository:PATH:ACTIONS` asks for, as
+    a refusal says them ("access", "it" where the scope does not say)."""
+    wants = (scope or "").rpartition(":")[2] or "access"
+    path = (scope or "").split(":")[1] if (scope or "").count(":") >= 2 else "it"
+    return wants, path
+
+
 class Client:
     """Requests to one registry host, with its TLS and its challenge answered.
 
@@ -195,9 +212,7 @@ class Client:
         realm = params.get("realm")
         if not realm:
             raise EnvError(f"registry {self.host} asks for a token but names no realm")
-        query = {"service": params.get("service", "")}
-        if scope or params.get("scope"):
-            query["scope"] = scope or params["scope"]
+        query = token_query(params, scope)
         cred = self.credential
         try:
             r = self.session.get(realm, params=query, timeout=TIMEOUT,
@@ -220,8 +235,7 @@ class Client:
     def _not_granted(self, scope: str | None) -> EnvError:
         cred = self.credential
         who = f"user '{cred.username}'" if cred else "anonymous access"
-        wants = (scope or "").rpartition(":")[2] or "access"
-        path = (scope or "").split(":")[1] if (scope or "").count(":") >= 2 else "it"
+        wants, path = scope_words(scope)
         return EnvError(f"registry {self.host} refused {wants} on {path} to {who}: the token "
                         "it was given does not grant it",
                         facts=[f"the credential comes from {cred.source}" if cred else

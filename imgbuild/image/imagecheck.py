@@ -23,7 +23,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# fullmatch, not match with $: "$" also matches before a final newline, which a registry
+# would store as part of the diff id.
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def config_problems(config: bytes) -> list[str]:
     out = []
     if not doc.get("os") or not doc.get("architecture"):
         out.append("the config names no os and architecture")
-    bad = [d for d in rootfs["diff_ids"] if not isinstance(d, str) or not DIGEST.match(d)]
+    bad = [d for d in rootfs["diff_ids"] if not isinstance(d, str) or not DIGEST.fullmatch(d)]
     if bad:
         out.append(f"the config's rootfs.diff_ids hold {len(bad)} entries that are not "
                    "sha256 digests")

@@ -83,9 +83,14 @@ def holder(name: str) -> Holder | None:
     name: `docker inspect` reads a name or an id, and these names are not hexadecimal."""
     r = daemon.run_cli(["inspect", "--type", "container", "--format", "{{json .}}", name],
                        capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
+    return holder_from(name, r.returncode, r.stdout)
+
+
+def holder_from(name: str, returncode: int, stdout: str) -> Holder | None:
+    """The Holder that `docker inspect`'s exit status and JSON describe; None: no such one."""
+    if returncode != 0:
         return None
-    doc = json.loads(r.stdout)
+    doc = json.loads(stdout)
     state = doc.get("State") or {}
     return Holder(name, str(state.get("Status", "unknown")), int(state.get("ExitCode") or 0),
                   dict((doc.get("Config") or {}).get("Labels") or {}))
@@ -100,12 +105,18 @@ def start(launch: Launch) -> str:
         said = (r.stderr or r.stdout).strip()
         # The client created the container and could not start it: remove what it made. Not
         # when the name was taken meanwhile: that container is someone else's.
-        if "is already in use" not in said:
+        if removes_after_failed_start(said):
             daemon.run_cli(["rm", "-f", launch.name], capture_output=True, cleanup=True)
         raise EnvError(f"docker could not start {launch.name}",
                        facts=[line for line in said.splitlines()[-6:] if line.strip()],
                        hint=_start_hint(said))
     return r.stdout.strip().splitlines()[-1]
+
+
+def removes_after_failed_start(said: str) -> bool:
+    """Whether a container `docker run` could not start is removed: yes, unless the client's
+    words say the name was already in use (that container is someone else's)."""
+    return "is already in use" not in said
 
 
 def _start_hint(said: str) -> str:
@@ -126,10 +137,15 @@ def remove(name: str) -> str | None:
                            timeout=120)
     except subprocess.TimeoutExpired:
         return "`docker rm -f` did not finish in 120 s"
-    if r.returncode == 0:  # `rm -f` of a container already gone exits 0 too
+    return removal_said(r.returncode, r.stdout, r.stderr)
+
+
+def removal_said(returncode: int, stdout: str | None, stderr: str | None) -> str | None:
+    """What `docker rm -f` exiting `returncode` tells the user: None when the container is gone."""
+    if returncode == 0:  # `rm -f` of a container already gone exits 0 too
         return None
-    said = (r.stderr or r.stdout).strip()
-    return said.splitlines()[-1] if said else f"`docker rm -f` exited {r.returncode}"
+    said = (stderr or stdout or "").strip()
+    return said.splitlines()[-1] if said else f"`docker rm -f` exited {returncode}"
 
 
 def watch(launch: Launch, container_id: str, *, timeout_s: float,
@@ -150,11 +166,10 @@ def watch(launch: Launch, container_id: str, *, timeout_s: float,
         for line in proc.stdout:
             line = line.rstrip("\n")
             w.lines.append(line)
-            for name, rx in phases:
-                if name not in seen and rx.search(line):
-                    seen.add(name)
-                    w.phases.append((name, round(clock() - started, 1)))
-                    on_phase(name, line)
+            for name in phases_reached(line, phases, seen):
+                seen.add(name)
+                w.phases.append((name, round(clock() - started, 1)))
+                on_phase(name, line)
         proc.wait()
 
     reader = threading.Thread(target=follow, name="container-log", daemon=True)
@@ -163,13 +178,17 @@ def watch(launch: Launch, container_id: str, *, timeout_s: float,
     while True:
         w.seconds = round(clock() - started, 1)
         state = _state(container_id)
-        if state is not None and state[0] != "running":
+        verdict = watch_verdict(
+            state, lambda: _answers(base, launch.health_path) and
+            _answers(base, launch.models_path), lambda: clock() - started, timeout_s)
+        if verdict == "exited":
+            assert state is not None
             w.status, w.exit_code = "exited", state[1]
             break
-        if _answers(base, launch.health_path) and _answers(base, launch.models_path):
+        if verdict == "ready":
             w.status, w.served = "ready", _first_model(base + launch.models_path)
             break
-        if clock() - started > timeout_s:
+        if verdict == "timeout":
             w.status = "timeout"
             break
         time.sleep(poll_s)
@@ -178,12 +197,38 @@ def watch(launch: Launch, container_id: str, *, timeout_s: float,
     return w
 
 
+def phases_reached(line: str, phases: list[tuple[str, re.Pattern[str]]],
+                   seen: set[str]) -> list[str]:
+    """The phases not yet in `seen` whose regex this log line matches, in table order."""
+    return [name for name, rx in phases if name not in seen and rx.search(line)]
+
+
+def watch_verdict(state: tuple[str, int | None] | None, answers: Callable[[], bool],
+                  elapsed: Callable[[], float], timeout_s: float) -> str | None:
+    """One poll of `watch`: "exited" when the container stopped (first: a stopped server's
+    port may be someone else's), "ready" when its endpoints answer, "timeout" once timeout_s
+    has passed, None to poll again. `answers` and `elapsed` are asked only when needed."""
+    if state is not None and state[0] != "running":
+        return "exited"
+    if answers():
+        return "ready"
+    if elapsed() > timeout_s:
+        return "timeout"
+    return None
+
+
 def _state(container_id: str) -> tuple[str, int | None] | None:
     r = daemon.run_cli(["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
                         container_id], capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
+    return parse_state(r.returncode, r.stdout)
+
+
+def parse_state(returncode: int, stdout: str) -> tuple[str, int | None]:
+    """(status, exit code) from `docker inspect --format '{{.State.Status}} {{.State.ExitCode}}'`;
+    ("gone", None) when inspect fails (no such container)."""
+    if returncode != 0:
         return ("gone", None)
-    status, _, code = r.stdout.strip().partition(" ")
+    status, _, code = stdout.strip().partition(" ")
     return status, int(code) if code.lstrip("-").isdigit() else None
 
 
@@ -196,9 +241,17 @@ def _answers(base: str, path: str) -> bool:
 
 def _first_model(url: str) -> str | None:
     try:
-        data = requests.get(url, timeout=5).json().get("data") or []
+        return first_model_id(requests.get(url, timeout=5).json())
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def first_model_id(doc: object) -> str | None:
+    """The first model id in an OpenAI-style model list ({"data": [{"id": ...}]}), or None."""
+    try:
+        data = doc.get("data") or []  # type: ignore[attr-defined]
         return str(data[0]["id"]) if data else None
-    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
 
 
@@ -213,6 +266,11 @@ def wait_exit(container_id: str, poll_s: float = 1.0) -> int | None:
     """Block until the container stops (the user's Ctrl-C ends the wait first)."""
     while True:
         state = _state(container_id)
-        if state is None or state[0] not in ("running", "restarting"):
+        if not still_up(state):
             return state[1] if state else None
         time.sleep(poll_s)
+
+
+def still_up(state: tuple[str, int | None] | None) -> bool:
+    """Whether `wait_exit` keeps waiting: the container runs or is restarting."""
+    return state is not None and state[0] in ("running", "restarting")

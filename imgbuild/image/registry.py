@@ -5,17 +5,19 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-
-from docker.errors import APIError, NotFound
+from typing import TYPE_CHECKING
 
 from ..errors import EnvError, InputError, JobFailed
 from ..progress import SILENT, Progress
 from .compression import ZSTD, engine_reads
-from .distribution import Client, insecure_hosts
 from .imagecheck import LayerFact, check
 from .reference import parse_name
+
+if TYPE_CHECKING:
+    from .distribution import Client
 
 OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 MANIFEST_TYPES = ", ".join([
@@ -42,6 +44,9 @@ class Repository:
 
     @property
     def plain_http(self) -> bool:
+        # imported on use, as in api: a local repository makes no request
+        from .distribution import insecure_hosts
+
         host = (self.host or "").rsplit(":", 1)[0].strip("[]")
         if host == "localhost" or (self.host or "") in insecure_hosts():
             return True
@@ -59,6 +64,10 @@ class Repository:
         """The Distribution API of this repository's registry, authenticated as Docker is.
         Docker talks plain HTTP to loopback registries (and to those it is told are insecure)
         when they do not speak TLS; so do we."""
+        # imported on use: requests and the docker SDK's auth are for a registry's requests,
+        # which a build of a local repository that finds its image never makes
+        from .distribution import Client
+
         return Client(self.host or "", plain_http_allowed=self.plain_http)
 
     def scope(self, *actions: str) -> str:
@@ -147,12 +156,18 @@ def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None
     if doc.get("mediaType") not in INDEX_TYPES and "manifests" not in doc:
         raise JobFailed(f"{repo.name}:{tag} is a single image, not an index",
                         hint="it was pushed by something other than `imgbuild index`")
+    return digest, index_platforms(doc)
+
+
+def index_platforms(doc: dict) -> dict[str, str]:
+    """platform ("os/arch") -> manifest digest of an index document, the first entry for each
+    platform kept; entries that name no os or architecture (attestations) left out."""
     out: dict[str, str] = {}
     for d in doc.get("manifests", []):
         p = d.get("platform") or {}
         if p.get("os") and p.get("architecture"):
             out.setdefault(f"{p['os']}/{p['architecture']}", d["digest"])
-    return digest, out
+    return out
 
 
 def get_manifest(repo: Repository, reference: str) -> tuple[str, dict] | None:
@@ -214,17 +229,30 @@ def _zstd_layers(client, repo: Repository, reference: str) -> tuple[str, dict, l
         return None  # the Engine's own pull says the tag is missing
     digest, doc = got
     if "manifests" in doc:
-        arch = client.version().get("Arch", "amd64")
-        entry = next((m for m in doc["manifests"]
-                      if (m.get("platform") or {}).get("architecture") == arch), None)
+        entry = arch_entry(doc["manifests"], client.version().get("Arch", "amd64"))
         got = get_manifest(repo, entry["digest"]) if entry else None
         if got is None:
             return None
         digest, doc = got
-    zstd = [layer for layer in doc.get("layers", []) if layer.get("mediaType", "").endswith("zstd")]
-    if not zstd or engine_reads(ZSTD, str(client.version().get("Version", ""))):
+    zstd = unreadable_zstd(doc, lambda: str(client.version().get("Version", "")))
+    if zstd is None:
         return None
     return digest, doc, zstd
+
+
+def arch_entry(manifests: list[dict], arch: str) -> dict | None:
+    """The first entry of an index's `manifests` for CPU architecture `arch` (the Engine's)."""
+    return next((m for m in manifests
+                 if (m.get("platform") or {}).get("architecture") == arch), None)
+
+
+def unreadable_zstd(doc: dict, engine_version: Callable[[], str]) -> list[dict] | None:
+    """The zstd layers of image manifest `doc` where the Engine (its version asked only when
+    there are some) cannot unpack them; None where it has none or the Engine reads zstd."""
+    zstd = [layer for layer in doc.get("layers", []) if layer.get("mediaType", "").endswith("zstd")]
+    if not zstd or engine_reads(ZSTD, engine_version()):
+        return None
+    return zstd
 
 
 def engine_can_read(client, repo: Repository, reference: str) -> bool:
@@ -259,6 +287,8 @@ def pull(client, ref: str, digest: str | None = None, progress: Progress = SILEN
     """Pull one tag; return the repo digest the image was pulled by. With `digest`, the Engine
     pulls by that digest (and checks every byte against it), then tags it `ref`: what is used
     is what the registry listed, even if the tag moves meanwhile."""
+    from docker.errors import APIError, NotFound  # imported on use: the pull is the SDK's
+
     repo, _, tag = ref.rpartition(":")
     check_readable(client, Repository.parse(repo), digest or tag)
     failed = None
@@ -281,12 +311,9 @@ def pull(client, ref: str, digest: str | None = None, progress: Progress = SILEN
                             "for credentials; layers already fetched are not fetched again")
     if digest:
         img.tag(repo, tag)
-    for rd in img.attrs.get("RepoDigests", []):
-        if rd.startswith(repo + "@"):
-            got = rd.split("@", 1)[1]
-            if digest and got != digest:
-                continue
-            return got
+    got = repo_digest(img.attrs.get("RepoDigests", []), repo, digest)
+    if got is not None:
+        return got
     raise JobFailed(f"pulled {ref} but the engine recorded no digest for it"
                     + (f" equal to {digest}" if digest else ""))
 
@@ -328,6 +355,18 @@ def expect(r, codes: tuple[int, ...], repo: Repository, what: str) -> None:
 def get_blob(repo: Repository, digest: str) -> bytes:
     """A blob, checked against its digest."""
     return _get_blob(repo, digest)
+
+
+def repo_digest(repo_digests: list[str], repo: str, digest: str | None) -> str | None:
+    """The digest the Engine recorded for `repo` among an image's RepoDigests (`repo@digest`),
+    that one only where a pull by `digest` asked for it; None where there is none."""
+    for rd in repo_digests:
+        if rd.startswith(repo + "@"):
+            got = rd.split("@", 1)[1]
+            if digest and got != digest:
+                continue
+            return got
+    return None
 
 
 def _expect(r, codes: tuple[int, ...], repo: Repository, what: str) -> None:
@@ -441,14 +480,20 @@ def platform_image(repo: Repository, reference: str,
         return None
     digest, doc = got
     if "manifests" in doc:
-        os_, _, arch = platform.partition("/")
-        digest = next((m["digest"] for m in doc["manifests"]
-                       if (m.get("platform") or {}).get("architecture") == arch
-                       and (m.get("platform") or {}).get("os") == os_), None)
+        digest = platform_entry(doc["manifests"], platform)
         if digest is None:
             return None
     manifest, config = image_config(repo, digest)
     return digest, manifest, config
+
+
+def platform_entry(manifests: list[dict], platform: str) -> str | None:
+    """The digest of the first entry of an index's `manifests` for `platform` ("os/arch"), both
+    its os and its architecture matching; None where there is none."""
+    os_, _, arch = platform.partition("/")
+    return next((m["digest"] for m in manifests
+                 if (m.get("platform") or {}).get("architecture") == arch
+                 and (m.get("platform") or {}).get("os") == os_), None)
 
 
 def push_report(repo: Repository, image_digest: str, report: dict) -> str:

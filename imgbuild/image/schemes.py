@@ -24,7 +24,12 @@ MOUNT = "/imgbuild-checkpoint"
 
 def image_engine(image: str) -> tuple[str, str | None, list[str], str | None]:
     """(engine, version, GPU archs, target) from the image's labels (the ones preflight reads)."""
-    labels = image_labels(image)
+    return engine_of(image_labels(image))
+
+
+def engine_of(labels: dict) -> tuple[str, str | None, list[str], str | None]:
+    """(engine, version, GPU archs, target) from an image's labels: the engine label's
+    `name==version`, the archs label's GPU archs only (sm*), the target label."""
     engine, _, version = (labels.get(f"{LABEL_NS}.engine") or "").partition("==")
     archs = [a for a in facts_from_labels(labels).archs if a.startswith("sm")]
     return engine, version or None, archs, labels.get(f"{LABEL_NS}.target")

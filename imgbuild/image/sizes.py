@@ -67,7 +67,12 @@ def measure(image: str) -> SizeReport:
                         facts=[ln for ln in (proc.stderr if proc else "").splitlines()[-5:]],
                         hint="the breakdown runs Python inside the image; an image without "
                              "python3 or python cannot be measured this way")
-    doc = json.loads(proc.stdout)
+    return report_of(image, history, json.loads(proc.stdout))
+
+
+def report_of(image: str, history: list[dict], doc: dict) -> SizeReport:
+    """The report from the Engine's layer `history` (newest first, as it gives it) and the
+    probe's `doc` (image/sizeprobe.py): layers oldest first, kinds and owners largest first."""
     layers = tuple((h.get("CreatedBy", "")[:200], int(h.get("Size") or 0))
                    for h in reversed(history))
     return SizeReport(image, doc["total"], doc["files"], layers,

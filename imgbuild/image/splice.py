@@ -160,6 +160,16 @@ def find_donor(repo, plan: Plan, lock: Lockfile, refs: Iterable[str],
 
 def _as_donor(repo, tag: str, digest: str, manifest: dict, config: dict,
               texts: dict[str, str], comp: Compression) -> tuple[Donor | None, str]:
+    return donor_from(tag, digest, manifest, config, texts, comp,
+                      lambda layer, path: _file_in_layer(repo, layer, path))
+
+
+def donor_from(tag: str, digest: str, manifest: dict, config: dict, texts: dict[str, str],
+               comp: Compression, file_in_layer: Callable[[dict, str], bytes | None]
+               ) -> tuple[Donor | None, str]:
+    """The image (`manifest`, `config`) as a donor of the heavy layers whose lock parts are
+    `texts`, or why it is none; `file_in_layer(layer, path)` reads a file of one of its
+    layers (the registry's blob)."""
     history = config.get("history") or []
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
     made = [i for i, h in enumerate(history) if not h.get("empty_layer")]
@@ -186,7 +196,7 @@ def _as_donor(repo, tag: str, digest: str, manifest: dict, config: dict,
         if not copy.get("created_by", "").startswith("COPY ") or path not in copy["created_by"] \
                 or f"-r {path}" not in run.get("created_by", ""):
             return None, f"its heavy steps are not this build's ({part})"
-        held = _file_in_layer(repo, manifest["layers"][first + 2 * n], path)
+        held = file_in_layer(manifest["layers"][first + 2 * n], path)
         if held is None or held.decode(errors="replace") != text:
             return None, f"its {part} lock part is not this build's"
     return Donor(tag, digest, manifest, config, h0, tuple(history[h0:h1 + 1]), first,
@@ -280,19 +290,26 @@ def assemble(repo, donor: Donor, top: wire.Layers, top_size: int,
     """Upload the spliced config; return the manifest that names it (not put under any tag).
     rest: the rest layer, when it was cut rather than built into the top."""
     assert top.config is not None
+    config = spliced_config(donor, with_rest(top.config, rest) if rest is not None
+                            else top.config)
+    digest = registry.put_blob(repo, config)
+    return spliced_image(donor, top, top_size, rest, config, digest, repo.name)
+
+
+def spliced_image(donor: Donor, top: wire.Layers, top_size: int, rest: CutLayer | None,
+                  config: bytes, digest: str, repo_name: str) -> Spliced:
+    """The spliced image whose config (`config`, uploaded as `digest`) is made: the top's
+    layers (and the cut rest layer, where there is one) with the donor's heavy layers put
+    where the full build has them, each layer's fact, and what it cost and weighs."""
     descriptors = list(top.descriptors)
     facts = list(top.facts)
-    top_config = top.config
     if rest is not None:
         descriptors.insert(rest.layer_at, rest.descriptor)
         facts.insert(rest.layer_at, imagecheck.LayerFact(
             rest.descriptor["digest"], rest.descriptor["size"], rest.diff_id, "sent"))
-        top_config = with_rest(top_config, rest)
         top_size += rest.tar_size
         top = dataclasses.replace(top, sent_bytes=top.sent_bytes + rest.descriptor["size"],
                                   sent_layers=top.sent_layers + 1)
-    config = spliced_config(donor, top_config)
-    digest = registry.put_blob(repo, config)
     k = donor.first_layer
     layers = descriptors[:k] + list(donor.layers) + descriptors[k:]
     # The donor's layers as its config names them: held by the registry (find_donor read them
@@ -302,5 +319,5 @@ def assemble(repo, donor: Donor, top: wire.Layers, top_size: int,
     manifest = wire.image_manifest(digest, len(config), layers)
     heavy_size = sum(int((la.get("annotations") or {}).get(wire.TAR_SIZE) or la["size"])
                      for la in donor.layers)
-    return Spliced(manifest, digest, f"{repo.name}@{donor.digest}", len(donor.layers),
+    return Spliced(manifest, digest, f"{repo_name}@{donor.digest}", len(donor.layers),
                    top_size + heavy_size, top, config, tuple(facts))

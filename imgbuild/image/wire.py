@@ -87,14 +87,24 @@ def held_layers(repo, refs: Iterable[str], platform: str, comp: Compression) -> 
         if got is None:
             continue
         _, doc, config = got
-        diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
-        for diff_id, layer in zip(diff_ids, doc.get("layers", [])):
-            mt = SAME.get(layer.get("mediaType"), layer.get("mediaType"))
-            if mt != comp.media_type or diff_id in out:
-                continue
-            size = (layer.get("annotations") or {}).get(TAR_SIZE)
-            out[diff_id] = Held(layer["digest"], int(layer["size"]), layer["mediaType"],
-                                int(size) if size else None)
+        held_in(doc, config, comp, out)
+    return out
+
+
+def held_in(doc: dict, config: dict, comp: Compression,
+            out: dict[str, Held] | None = None) -> dict[str, Held]:
+    """diff id -> the blob in `comp` one image manifest `doc` (with its `config`) names, added
+    to `out` where it has no entry for that diff id yet (the first ref that holds a layer
+    wins); layers in another compression are not named."""
+    out = {} if out is None else out
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    for diff_id, layer in zip(diff_ids, doc.get("layers", [])):
+        mt = SAME.get(layer.get("mediaType"), layer.get("mediaType"))
+        if mt != comp.media_type or diff_id in out:
+            continue
+        size = (layer.get("annotations") or {}).get(TAR_SIZE)
+        out[diff_id] = Held(layer["digest"], int(layer["size"]), layer["mediaType"],
+                            int(size) if size else None)
     return out
 
 
@@ -212,9 +222,8 @@ def checked_put(repo, tag: str, manifest: bytes, config: bytes,
     problems = imagecheck.check(doc, config, facts)
     # What was found rather than sent, asked again now: the registry still holds each blob,
     # of the size the manifest gives.
-    problems += [f"layer {i}: the registry no longer holds {f.digest[:19]}… of {f.size} bytes"
-                 for i, f in enumerate(facts) if not problems and f.how == "found"
-                 and not _held(repo, f.digest, f.size)]
+    if not problems:
+        problems += gone_layers(facts, lambda digest, size: _held(repo, digest, size))
     if problems:
         raise JobFailed(f"push of {ref} refused: the manifest would not describe the image",
                         facts=problems,
@@ -243,6 +252,15 @@ class Layers:
     facts: tuple[imagecheck.LayerFact, ...] = ()  # each layer as sent or found, in order
 
 
+def gone_layers(facts: Iterable[imagecheck.LayerFact],
+                registry_holds: Callable[[str, int], bool]) -> list[str]:
+    """The layers found in the registry rather than sent (`how` "found") that it no longer
+    holds at their size, asked again now, in words."""
+    return [f"layer {i}: the registry no longer holds {f.digest[:19]}… of {f.size} bytes"
+            for i, f in enumerate(facts) if f.how == "found"
+            and not registry_holds(f.digest, f.size)]
+
+
 def image_manifest(config_digest: str, config_size: int, layers: Iterable[dict]) -> bytes:
     return json.dumps({
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
@@ -258,9 +276,14 @@ def descriptor(h: Held) -> dict:
 def _held(repo, digest: str, size: int | None = None) -> bool:
     """Whether the registry holds blob `digest` (of `size` bytes, where given)."""
     r = repo.api.request("HEAD", f"{repo.path}/blobs/{digest}", scope=repo.scope("pull", "push"))
-    if r.status_code != 200:
+    return head_holds(r.status_code, r.headers.get("Content-Length"), size)
+
+
+def head_holds(status: int, said: str | None, size: int | None) -> bool:
+    """Whether a HEAD of a blob that answered `status` with Content-Length `said` shows the
+    registry holding it (of `size` bytes, where given)."""
+    if status != 200:
         return False
-    said = r.headers.get("Content-Length")
     return size is None or said is None or int(said) == size
 
 
@@ -277,17 +300,12 @@ def send_layers(client, ref: str, repo, *, comp: Compression, hint_refs: Iterabl
     image_id = img.id
     diff_ids: list[str] = list(img.attrs["RootFS"]["Layers"])
     known = pushed_before(repo.host or "", comp) | held_layers(repo, hint_refs, platform, comp)
-    have: dict[str, Held] = {}
-    for d in dict.fromkeys(diff_ids):
-        h = known.get(d)
-        if h and _held(repo, h.digest, h.size):
-            have[d] = h
+    have, needed = layers_to_send(diff_ids, known, lambda h: _held(repo, h.digest, h.size))
     sent: dict[str, Held] = {}
     how: dict[str, str] = {}
     for d in dict.fromkeys(diff_ids):
         if d in have:
             feed({"id": d[7:19], "status": "Layer already exists"})
-    needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
     # What this machine compressed before (image/blobcache.py): sent from there, with no
     # export from the Engine and no compression; the rest go through `docker save`.
     for d in list(needed):
@@ -343,6 +361,28 @@ def send_layers(client, ref: str, repo, *, comp: Compression, hint_refs: Iterabl
                                f"{len(imagecheck.diff_ids(config))} diff ids"],
                         hint="nothing was tagged; rebuild the image (--rebuild)")
     remember_pushed(repo.host or "", comp, sent)
+    return layers_of(image_id, diff_ids, have, sent, how, config, config_digest)
+
+
+def layers_to_send(diff_ids: Iterable[str], known: dict[str, Held],
+                   registry_holds: Callable[[Held], bool]) -> tuple[dict[str, Held], list[str]]:
+    """(the layers the registry holds: diff id -> blob, the diff ids still to send, in order,
+    each once): a layer `known` (from the registry's manifests or this machine's earlier
+    pushes) counts as held only where `registry_holds` its blob now (a HEAD)."""
+    have: dict[str, Held] = {}
+    for d in dict.fromkeys(diff_ids):
+        h = known.get(d)
+        if h and registry_holds(h):
+            have[d] = h
+    needed = [d for d in dict.fromkeys(diff_ids) if d not in have]
+    return have, needed
+
+
+def layers_of(image_id: str, diff_ids: list[str], have: dict[str, Held], sent: dict[str, Held],
+              how: dict[str, str], config: bytes | None, config_digest: str | None) -> Layers:
+    """What a push of the layers `diff_ids` got: each layer's descriptor from what the registry
+    held (`have`) else what was sent, the bytes and layers sent, those held, those sent from
+    the blob cache, and each layer's fact (`how` it got there; held: found)."""
     facts = tuple(imagecheck.LayerFact(h.digest, h.size, d, how.get(d, "found"))
                   for d, h in ((d, have.get(d) or sent[d]) for d in diff_ids))
     return Layers(image_id, tuple(diff_ids),
@@ -377,8 +417,18 @@ def config_digest_of(client, ref: str, platform: str = "linux/amd64") -> str | N
 def _containerd_id(client) -> bool:
     """Whether this Engine's image ids are manifest digests (the containerd image store)."""
     try:
-        status = dict(tuple(x) for x in client.info().get("DriverStatus") or [] if len(x) == 2)
+        info = client.info()
     except (docker.errors.DockerException, TypeError, ValueError):
+        return False
+    return containerd_ids(info)
+
+
+def containerd_ids(info: dict) -> bool:
+    """Whether an Engine whose `docker info` is `info` names images by manifest digest (the
+    containerd image store: a snapshotter driver-type)."""
+    try:
+        status = dict(tuple(x) for x in info.get("DriverStatus") or [] if len(x) == 2)
+    except (TypeError, ValueError):
         return False
     return "snapshotter" in status.get("driver-type", "")
 
@@ -420,6 +470,17 @@ class TagTaken(JobFailed):
     """A content tag the registry holds already, for another manifest: content tags never move."""
 
 
+def content_tag_put(held: str | None, digest: str) -> str:
+    """What a content tag's PUT does where the registry's tag names `held` (None: no such tag)
+    and this push made `digest`: "put" it; "there" already (nothing sent); "taken" by another
+    image (refused: content tags never move)."""
+    if held == digest:
+        return "there"
+    if held is not None:
+        return "taken"
+    return "put"
+
+
 def put_manifest(repo, tag: str, manifest: bytes, *, immutable: bool = False) -> str:
     """PUT an OCI image manifest under `tag`; return its digest (checked against the
     registry's). immutable: where the registry holds `tag` already, the same manifest is not
@@ -427,9 +488,10 @@ def put_manifest(repo, tag: str, manifest: bytes, *, immutable: bool = False) ->
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
     if immutable:
         held = registry.manifest_digest(repo, tag)
-        if held == digest:
+        way = content_tag_put(held, digest)
+        if way == "there":
             return digest
-        if held is not None:
+        if way == "taken":
             raise TagTaken(f"{repo.name}:{tag} already names another image; content tags "
                            "never move", facts=[f"the registry holds {held}",
                                                 f"this push made    {digest}"],
@@ -494,8 +556,7 @@ def _read_save(client, image_id: str, repo, needed: list[str], have: dict[str, H
     want = set(needed)
     before = set(sent)
     ids = set(diff_ids)
-    sizes = {h.tar_size for d, h in have.items() if h.tar_size is not None} if trust_sizes \
-        else set()
+    sizes = held_tar_sizes(have, trust_sizes)
     config: bytes | None = None
     missed: set[str] = set()
     small: dict[str, bytes] = {}
@@ -581,7 +642,7 @@ def _read_save(client, image_id: str, repo, needed: list[str], have: dict[str, H
                     if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
                         config = data
                 continue
-            compress = m.size not in sizes and bool(want)
+            compress = legacy_compress(m.size, sizes, want)
             if not compress:
                 h = hashlib.sha256()
                 while chunk := f.read(READ_CHUNK):
@@ -627,6 +688,20 @@ def _read_save(client, image_id: str, repo, needed: list[str], have: dict[str, H
                 want.discard(la.diff_id)
     return _Read(config, config_digest, found, missed | want,
                  tuple(d for d in sent if d not in before), tuple(held_as_is))
+
+
+def held_tar_sizes(have: dict[str, Held], trust_sizes: bool) -> set[int]:
+    """The tar sizes of the layers the registry holds (as recorded beside them): in the legacy
+    save, a member of one of these sizes is hashed, not compressed (none on a second pass)."""
+    return {h.tar_size for d, h in have.items() if h.tar_size is not None} if trust_sizes \
+        else set()
+
+
+def legacy_compress(size: int, held_sizes: set[int], want: set[str]) -> bool:
+    """Whether a legacy save's layer.tar of `size` bytes is compressed and sent as it is read
+    (a layer is still wanted, and none the registry holds has its size) rather than hashed
+    first."""
+    return size not in held_sizes and bool(want)
 
 
 def as_it_is(kind: str, comp: Compression) -> bool:

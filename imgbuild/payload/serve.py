@@ -24,6 +24,26 @@ except ImportError:  # /opt/imgbuild/serve.py, a script beside smoke.py in the i
     import smoke as payload  # type: ignore[no-redef]
 
 
+def served_name(model: str, served_model_name: str | None) -> str:
+    """The model id the server answers to: --served-model-name, else the checkpoint's name."""
+    return served_model_name or Path(model).name
+
+
+def max_new_tokens(body: dict[str, Any]) -> int:
+    """A completion's max_tokens, 16 when not given, held to 1..256."""
+    return max(1, min(int(body.get("max_tokens", 16)), 256))
+
+
+def get_route(path: str, name: str) -> tuple[int, dict[str, Any]]:
+    """(status, body) of a GET."""
+    if path == "/health":
+        return 200, {"status": "ok"}
+    if path == "/v1/models":
+        return 200, {"object": "list", "data": [
+            {"id": name, "object": "model", "owned_by": "imgbuild"}]}
+    return 404, {"error": f"no route {path}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True,
@@ -32,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--port", type=int, default=8000)
     args = ap.parse_args(argv)
-    name = args.served_model_name or Path(args.model).name
+    name = served_name(args.model, args.served_model_name)
     print(f"serve: loading weights from {args.model}", flush=True)
     import torch
     from transformers import AutoTokenizer
@@ -44,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def complete(body: dict[str, Any]) -> dict[str, Any]:
         prompt = str(body.get("prompt", ""))
-        steps = max(1, min(int(body.get("max_tokens", 16)), 256))
+        steps = max_new_tokens(body)
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         with lock, torch.no_grad():
             out = model.generate(ids, max_new_tokens=steps, do_sample=False)
@@ -64,13 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path == "/health":
-                self._send(200, {"status": "ok"})
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": name, "object": "model", "owned_by": "imgbuild"}]})
-            else:
-                self._send(404, {"error": f"no route {self.path}"})
+            self._send(*get_route(self.path, name))
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/v1/completions":

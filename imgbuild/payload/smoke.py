@@ -574,6 +574,35 @@ def _check_tokenizer(model_dir: Path, ref: dict[str, Any]) -> Check:
     )
 
 
+def judge_prompt_logits(i: int, got: Any, expected: Any, greedy_ref: list[int], atol: float
+                        ) -> tuple[dict[str, Any], list[str]]:
+    """One prompt's weights-only logits against the reference: (row, problems)."""
+    problems = []
+    if tuple(got.shape) != tuple(expected.shape):
+        problems.append(
+            f"prompt {i}: logits shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+        )
+        return {"prompt": i, "shape": list(got.shape)}, problems
+    max_diff = float((got - expected).abs().max())
+    greedy = got.argmax(-1).tolist()
+    # Where the reference's top-2 margin is within 2*atol, argmax may legitimately flip.
+    margins = top2_margin(expected).tolist()
+    decisive = [j for j, m in enumerate(margins) if m > 2 * atol]
+    flipped = [j for j in decisive if greedy[j] != greedy_ref[j]]
+    row = {
+        "prompt": i,
+        "max_abs_diff": max_diff,
+        "greedy_next": greedy[-1],
+        "greedy_checked": len(decisive),
+        "greedy_flipped_positions": flipped,
+    }
+    if max_diff > atol:
+        problems.append(f"prompt {i}: max abs diff {max_diff:.4g} > {atol:.4g}")
+    if flipped:
+        problems.append(f"prompt {i}: greedy token differs at positions {flipped}")
+    return row, problems
+
+
 def _check_logits(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
     """Weights-only logits (activation QDQ off) within atol, greedy tokens equal where decisive."""
     atol = float(ref["logits_atol"])
@@ -581,31 +610,9 @@ def _check_logits(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> C
     for i, prompt in enumerate(ref["prompts"]):
         expected = tensors[prompt["tensor"]]
         got = compute_logits(model, prompt["input_ids"])
-        if tuple(got.shape) != tuple(expected.shape):
-            problems.append(
-                f"prompt {i}: logits shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
-            )
-            rows.append({"prompt": i, "shape": list(got.shape)})
-            continue
-        max_diff = float((got - expected).abs().max())
-        greedy = got.argmax(-1).tolist()
-        # Where the reference's top-2 margin is within 2*atol, argmax may legitimately flip.
-        margins = top2_margin(expected).tolist()
-        decisive = [j for j, m in enumerate(margins) if m > 2 * atol]
-        flipped = [j for j in decisive if greedy[j] != prompt["greedy"][j]]
-        rows.append(
-            {
-                "prompt": i,
-                "max_abs_diff": max_diff,
-                "greedy_next": greedy[-1],
-                "greedy_checked": len(decisive),
-                "greedy_flipped_positions": flipped,
-            }
-        )
-        if max_diff > atol:
-            problems.append(f"prompt {i}: max abs diff {max_diff:.4g} > {atol:.4g}")
-        if flipped:
-            problems.append(f"prompt {i}: greedy token differs at positions {flipped}")
+        row, said = judge_prompt_logits(i, got, expected, prompt["greedy"], atol)
+        rows.append(row)
+        problems += said
     worst = max((r.get("max_abs_diff", float("inf")) for r in rows), default=0.0)
     data = {"atol": atol, "max_abs_diff": worst, "prompts": rows}
     if problems:
@@ -654,6 +661,30 @@ def _check_logits_as_loaded(model: Any, ref: dict[str, Any], tensors: dict[str, 
     )
 
 
+def judge_generation(i: int, got: list[int], want: list[int], logits: Any, expected: Any,
+                     margins: list[float], atol: float) -> tuple[dict[str, Any], list[str], int]:
+    """One prompt's greedy decode against the recorded one: (row, problems, tokens compared)."""
+    problems = []
+    decisive = decisive_prefix(margins, atol)
+    same = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+    # Step k's logits depend on tokens < k: comparable through the first divergence.
+    steps = min(same + 1, len(want))
+    diff = float((logits[:steps] - expected[:steps]).abs().max()) if steps else 0.0
+    row = {
+        "prompt": i,
+        "expected": want,
+        "found": got,
+        "decisive_tokens": decisive,
+        "compared_steps": steps,
+        "max_abs_diff": diff,
+    }
+    if same < decisive:
+        problems.append(f"prompt {i}: generated {got[:decisive]}, expected {want[:decisive]}")
+    if diff > atol:
+        problems.append(f"prompt {i}: decode logits max abs diff {diff:.4g} > {atol:.4g}")
+    return row, problems, min(decisive, same)
+
+
 def _check_generate(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) -> Check:
     """model.generate (KV-cache decode) against the recorded greedy continuation: tokens equal up
     to the first step whose margin allows a flip, and each step's logits within atol for as long
@@ -665,27 +696,12 @@ def _check_generate(model: Any, ref: dict[str, Any], tensors: dict[str, Any]) ->
         want = prompt["generated"]
         expected = tensors[prompt["tensor_generate"]]
         got, _, logits = greedy_generate(model, prompt["input_ids"], len(want))
-        decisive = decisive_prefix(prompt["generate_margins"], atol)
-        same = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
-        # Step k's logits depend on tokens < k: comparable through the first divergence.
-        steps = min(same + 1, len(want))
-        diff = float((logits[:steps] - expected[:steps]).abs().max()) if steps else 0.0
-        worst = max(worst, diff)
-        compared_tokens += min(decisive, same)
-        rows.append(
-            {
-                "prompt": i,
-                "expected": want,
-                "found": got,
-                "decisive_tokens": decisive,
-                "compared_steps": steps,
-                "max_abs_diff": diff,
-            }
-        )
-        if same < decisive:
-            problems.append(f"prompt {i}: generated {got[:decisive]}, expected {want[:decisive]}")
-        if diff > atol:
-            problems.append(f"prompt {i}: decode logits max abs diff {diff:.4g} > {atol:.4g}")
+        row, said, compared = judge_generation(i, got, want, logits, expected,
+                                               prompt["generate_margins"], atol)
+        worst = max(worst, row["max_abs_diff"])
+        compared_tokens += compared
+        rows.append(row)
+        problems += said
     data = {"atol": atol, "max_abs_diff": worst, "prompts": rows}
     if problems:
         return Check("generate", False, "; ".join(problems), data)
@@ -856,6 +872,34 @@ def engine_generate(engine: str, model_dir: Path, prompt_ids: list[list[int]],
     return out
 
 
+def w4a4_refusal(engine: str, activations: bool, cap: tuple[int, int], mode: str
+                 ) -> tuple[str, str] | None:
+    """(status, reason) when the serving engine cannot run this checkpoint's w4a4 NVFP4 on a GPU
+    of capability cap, None when it can (or the engine is transformers)."""
+    if engine in ("sglang", "vllm") and activations and cap[0] not in (10, 12):
+        # The engines' w4a4 NVFP4 kernels need FP4 tensor cores; transformers emulates them.
+        why = f"skipped: sm{cap[0]}{cap[1]} cannot run w4a4 NVFP4 (needs sm100/sm120 families)"
+        return (FAIL if mode == "require" else SKIPPED), why
+    return None
+
+
+def judge_engine_tokens(prompts: list[dict[str, Any]], got: list[list[int]], logits_atol: float
+                        ) -> tuple[bool, list[dict[str, Any]]]:
+    """(all match, rows): the engine's greedy tokens against the reference's, per prompt."""
+    rows = []
+    ok = True
+    for p, toks in zip(prompts, got):
+        # The engine runs real FP4 kernels; the reference computed the same math on the CPU.
+        # Tokens are compared up to the first step where the reference's top-2 margin was
+        # too small to decide (there rounding may legitimately pick the other token).
+        want = p["generated"]
+        decisive = decisive_prefix(p.get("generate_margins", []), 2 * logits_atol)
+        match = toks[:decisive] == want[:decisive]
+        ok &= match
+        rows.append({"want": want, "got": toks, "decisive": decisive, "match": match})
+    return ok, rows
+
+
 def check_gpu(model_dir: Path, facts: dict[str, Any], engine: str, mode: str
               ) -> tuple[str, str, dict[str, Any]]:
     """pass / fail / skipped with the reason; `mode` is auto | require (off never gets here)."""
@@ -876,24 +920,13 @@ def check_gpu(model_dir: Path, facts: dict[str, Any], engine: str, mode: str
     if by is None:
         return FAIL, f"{name} is {sm}; the image is built for {', '.join(archs)}", details
     ref = json.loads((model_dir / REFERENCE_DIR / REFERENCE_JSON).read_text())
-    if engine in ("sglang", "vllm") and ref.get("activations") and cap[0] not in (10, 12):
-        # The engines' w4a4 NVFP4 kernels need FP4 tensor cores; transformers emulates them.
-        why = f"skipped: {sm} cannot run w4a4 NVFP4 (needs sm100/sm120 families)"
-        return (FAIL if mode == "require" else SKIPPED), why, details
+    refused = w4a4_refusal(engine, bool(ref.get("activations")), cap, mode)
+    if refused is not None:
+        return refused[0], refused[1], details
     prompts = ref["prompts"]
     n = int(ref["spec"].get("generate_tokens", 8))
     got = engine_generate(engine, model_dir, [p["input_ids"] for p in prompts], n)
-    rows = []
-    ok = True
-    for p, toks in zip(prompts, got):
-        # The engine runs real FP4 kernels; the reference computed the same math on the CPU.
-        # Tokens are compared up to the first step where the reference's top-2 margin was
-        # too small to decide (there rounding may legitimately pick the other token).
-        want = p["generated"]
-        decisive = decisive_prefix(p.get("generate_margins", []), 2 * float(ref["logits_atol"]))
-        match = toks[:decisive] == want[:decisive]
-        ok &= match
-        rows.append({"want": want, "got": toks, "decisive": decisive, "match": match})
+    ok, rows = judge_engine_tokens(prompts, got, float(ref["logits_atol"]))
     details["prompts"] = rows
     if not ok:
         return FAIL, f"{engine} on {name}: greedy tokens differ from the reference", details
@@ -914,10 +947,16 @@ def check_patches(facts: dict[str, Any], here: Path) -> tuple[str, str, dict[str
                       "`patches:`)"), {"expected": expected}
     proc = subprocess.run([sys.executable, str(patcher), "--probe", "--patches", str(pdir),
                            "--report", str(report)], capture_output=True, text=True)
+    return judge_patch_probes(expected, proc.stdout, proc.stderr)
+
+
+def judge_patch_probes(expected: list[str], stdout: str, stderr: str
+                       ) -> tuple[str, str, dict[str, Any]]:
+    """The patches stage's verdict from what `patcher.py --probe` printed."""
     try:
-        res = json.loads(proc.stdout[proc.stdout.index("{"):])
+        res = json.loads(stdout[stdout.index("{"):])
     except ValueError:
-        return FAIL, "the patcher printed no probe report: " + proc.stderr.strip()[-300:], {}
+        return FAIL, "the patcher printed no probe report: " + stderr.strip()[-300:], {}
     probes = {r["id"]: r for r in res.get("probes", [])}
     missing = [e for e in expected if e not in probes or probes[e]["status"] not in
                ("applied", "obsolete", "already-applied")]
@@ -1105,6 +1144,12 @@ def check_engine_schemes(model_dir: Path | None, facts: dict[str, Any],
         if not dirs:
             return SKIPPED, "skipped: no checkpoint to ask the engine about", {}
         reports = {name: es.run(d, engine, archs) for name, d in dirs.items()}
+    return judge_scheme_reports(engine, archs, reports)
+
+
+def judge_scheme_reports(engine: str, archs: list[str], reports: dict[str, dict[str, Any]]
+                         ) -> tuple[str, str, dict[str, Any]]:
+    """The engine-schemes stage's verdict from engine_schemes.run's report per checkpoint."""
     bad = []  # per checkpoint: how many layers went wrong, and the first, as the engine said
     for name, r in reports.items():
         if r.get("error"):
@@ -1147,6 +1192,16 @@ def check_kernels(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
         return SKIPPED, "skipped: no kernel coverage recorded for this image", {}
     roots = [Path(sysconfig.get_paths()["platlib"]), Path(sysconfig.get_paths()["purelib"]),
              *map(Path, site.getsitepackages())]
+    bad = kernel_file_problems(files, roots)
+    details = {"files": len(files), "problems": bad}
+    if bad:
+        return FAIL, "; ".join(bad[:5]), details
+    return PASS, (f"{len(files)} kernel librar{'y is' if len(files) == 1 else 'ies are'} the "
+                  "files whose GPU code plan read"), details
+
+
+def kernel_file_problems(files: list[dict[str, Any]], roots: list[Path]) -> list[str]:
+    """Each scanned kernel file not installed under any of roots, or installed changed."""
     bad = []
     for f in files:
         path = next((r / f["member"] for r in roots if (r / f["member"]).is_file()), None)
@@ -1154,11 +1209,7 @@ def check_kernels(facts: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
             bad.append(f"{f['package']}: {f['member']} is not installed")
         elif sha256_file(path) != f["sha256"]:
             bad.append(f"{f['package']}: {f['member']} differs from the scanned file")
-    details = {"files": len(files), "problems": bad}
-    if bad:
-        return FAIL, "; ".join(bad[:5]), details
-    return PASS, (f"{len(files)} kernel librar{'y is' if len(files) == 1 else 'ies are'} the "
-                  "files whose GPU code plan read"), details
+    return bad
 
 
 def run_smoke(lock: Path | None, model: Path | None, *, gpu: str = "off",

@@ -178,19 +178,11 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                  "labels' facts); the entrypoint's run is skipped (IMGBUILD_PREFLIGHT=0)")
     else:
         where = "preflight: skipped on this host and in the container (--no-preflight)"
-    env = dict(launch.env) | {"IMGBUILD_PREFLIGHT": "0"}
-    gpus, ulimits = launch.gpus, launch.ulimits
-    if gpus and not host.gpus:
-        # Asked to go on without the checks: the Engine would refuse --gpus with no NVIDIA
-        # runtime, so the container starts without GPUs and the engine says what it lacks.
-        # The GPU limits (locked memory for RDMA and NCCL) go too: nothing uses them here.
-        gpus, ulimits = None, ()
-        notes.append("no NVIDIA GPU visible on this host: starting without --gpus and the "
-                     "GPU ulimits; the engine will say what it lacks")
+    launch, said = launch_on_host(launch, host_has_gpus=bool(host.gpus),
+                                  serving=plan.model or target)
+    for note in said:
+        notes.append(note)
         progress.note(notes[-1], level="warn")
-    launch = replace(launch, env=tuple(sorted(env.items())), gpus=gpus, ulimits=ulimits,
-                     labels=tuple(sorted({**dict(getattr(launch, "labels", ())),
-                                          RUN_LABEL: plan.model or target}.items())))
     for why in filter(None, [container.port_taken(launch.host_port)]):
         raise InputError(f"cannot start {target}: {why}",
                          facts=[f"{launch.name} would publish {launch.host_port}"],
@@ -230,17 +222,17 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
         if w.status != "ready":
             diags = tuple(diagnose(w.log, ws.failures))
             tail = tuple(list(w.lines)[-40:])
-            left = keep
+            left = leaves_container("failed", keep=keep, detach=detach)
             return RunReport(status=w.status, container_exit=w.exit_code, diagnoses=diags,
                              log_tail=tail, kept=keep, **base)
         ready = RunReport(status="ready", kept=keep or detach, served=w.served, **base)
         on_ready(ready)
+        left = leaves_container("serving", keep=keep, detach=detach)
         if detach:
-            left = True
             return ready
         code = container.wait_exit(cid)  # until the server stops, or Ctrl-C / SIGTERM
-        left = keep
-        if code not in (0, None):  # it served, then died: the doctor reads why
+        left = leaves_container("ended", keep=keep, detach=detach)
+        if ended_status(code) == "exited":  # it served, then died: the doctor reads why
             log = container.logs(cid)
             return RunReport(status="exited", container_exit=code,
                              diagnoses=tuple(diagnose(log, ws.failures)),
@@ -251,6 +243,43 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
             progress.note(f"container {launch.name} was not removed ({said}): it may still "
                           f"run and hold its GPU and port; `docker rm -f {launch.name}` "
                           "once the daemon answers", level="warn")
+
+
+def launch_on_host(launch: Launch, *, host_has_gpus: bool,
+                   serving: str) -> tuple[Launch, tuple[str, ...]]:
+    """The Launch `imgbuild run` starts on this host, and its warnings: the entrypoint's
+    preflight off (it ran here), the RUN_LABEL naming what it serves, and, on a host with no
+    NVIDIA GPU visible, no --gpus and no GPU ulimits."""
+    notes: list[str] = []
+    env = dict(launch.env) | {"IMGBUILD_PREFLIGHT": "0"}
+    gpus, ulimits = launch.gpus, launch.ulimits
+    if gpus and not host_has_gpus:
+        # Asked to go on without the checks: the Engine would refuse --gpus with no NVIDIA
+        # runtime, so the container starts without GPUs and the engine says what it lacks.
+        # The GPU limits (locked memory for RDMA and NCCL) go too: nothing uses them here.
+        gpus, ulimits = None, ()
+        notes.append("no NVIDIA GPU visible on this host: starting without --gpus and the "
+                     "GPU ulimits; the engine will say what it lacks")
+    launch = replace(launch, env=tuple(sorted(env.items())), gpus=gpus, ulimits=ulimits,
+                     labels=tuple(sorted({**dict(getattr(launch, "labels", ())),
+                                          RUN_LABEL: serving}.items())))
+    return launch, tuple(notes)
+
+
+def leaves_container(stage: str, *, keep: bool, detach: bool) -> bool:
+    """Whether the run's container is left (not removed) when the run ends at `stage`:
+    "failed" (it never served: exited or timed out), "serving" (it answers; with --detach the
+    run ends here, else it waits, and a Ctrl-C then removes it), "ended" (it served and
+    stopped). --keep leaves a failed or ended one; --detach a serving one."""
+    if stage == "serving":
+        return detach
+    return keep
+
+
+def ended_status(code: int | None) -> str:
+    """How a run whose server served and then stopped with `code` ends: "stopped" on 0 or no
+    code (Ctrl-C, removed), "exited" otherwise (the doctor reads its log)."""
+    return "exited" if code not in (0, None) else "stopped"
 
 
 def default_model_cache() -> Path:

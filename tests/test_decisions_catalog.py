@@ -1,0 +1,206 @@
+"""Decision tests for the catalog readers (imgbuild/catalog/): what a spec file may say, what each
+refusal names, and the facts the tables give (base per CPU, manylinux tag, nvidia/cuda tags).
+Plain data and tmp_path files only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imgbuild.catalog import hardware, schema
+from imgbuild.errors import InputError, SpecError
+
+# ------------------------------------------------------------------------------------------------
+# schema.Doc: the one validator
+# ------------------------------------------------------------------------------------------------
+
+
+def test_doc_must_be_a_mapping():
+    with pytest.raises(SpecError, match=r"f.yaml: \(top level\): expected a mapping"):
+        schema.Doc("f.yaml", ["a"])
+    with pytest.raises(SpecError, match=r"f.yaml: os.x: expected a mapping"):
+        schema.Doc("f.yaml", {"os": {"x": 3}}).sub("os.x", 3)
+
+
+def test_unknown_key_is_refused_with_the_closest_known_one():
+    doc = schema.Doc("f.yaml", {"plaforms": []}, "target")
+    with pytest.raises(SpecError) as e:
+        doc.reject_unknown({"platforms", "archs"})
+    assert e.value.key == "target.plaforms" and e.value.hint == "did you mean 'platforms'?"
+    with pytest.raises(SpecError) as e:
+        schema.Doc("f.yaml", {"zzz": 1}).reject_unknown({"platforms"})
+    assert e.value.hint == "fix f.yaml and run the command again"
+    schema.Doc("f.yaml", {"archs": 1}).reject_unknown({"archs"})
+
+
+def test_get_types():
+    doc = schema.Doc("f.yaml", {"s": "x", "n": 3, "f": 1.5, "b": True, "none": None,
+                                "ver": 3.12})
+    assert doc.get("s", str) == "x"
+    assert doc.get("n", float) == 3.0 and isinstance(doc.get("n", float), float)
+    assert doc.get("none", str, "dflt") == "dflt" and doc.get("missing", int, 7) == 7
+    with pytest.raises(SpecError, match="required key is missing"):
+        doc.get("missing", str)
+    with pytest.raises(SpecError, match="required key is missing"):
+        doc.get("none", str)
+    with pytest.raises(SpecError, match=r"in quotes \(YAML read a number\)"):
+        doc.get("ver", str)
+    with pytest.raises(SpecError, match="expected an integer"):
+        doc.get("b", int)  # a bool is not an integer here
+    with pytest.raises(SpecError, match="expected a number"):
+        doc.get("b", float)
+    assert doc.get("b", bool) is True
+    with pytest.raises(SpecError, match="expected a string or an integer"):
+        doc.get("f", (str, int))
+
+
+def test_str_list():
+    doc = schema.Doc("f.yaml", {"l": ["a", "b"], "bad": ["a", 1]})
+    assert doc.str_list("l") == ("a", "b") and doc.str_list("missing") == ()
+    with pytest.raises(SpecError) as e:
+        doc.str_list("bad")
+    assert e.value.key == "bad[1]"
+    with pytest.raises(SpecError, match="required key is missing"):
+        doc.str_list("missing", default=...)
+
+
+def test_read_yaml_names_the_line_of_a_syntax_error(tmp_path):
+    (tmp_path / "images").mkdir()
+    p = tmp_path / "images" / "t.yaml"
+    p.write_text("a: 1\nb: [unclosed\n")
+    with pytest.raises(SpecError) as e:
+        schema.read_yaml(p, tmp_path / "images")
+    assert e.value.path == "images/t.yaml" and "line 3" in e.value.message
+    with pytest.raises(InputError, match="cannot read"):
+        schema.read_yaml(tmp_path / "images" / "none.yaml", tmp_path / "images")
+    p.write_text("a: [1, 2]\n")
+    assert schema.read_yaml(p, tmp_path / "images") == {"a": [1, 2]}
+
+
+def test_requirement_and_unknown_and_read_table(tmp_path):
+    doc = schema.Doc("f.yaml", {})
+    assert schema.requirement(doc, "k", "torch==2.13.0").name == "torch"
+    with pytest.raises(SpecError, match="a PEP 508 requirement"):
+        schema.requirement(doc, "k", "torch===")
+    e = schema.unknown("target", "tiny-cpo", ["tiny-cpu", "sglang-hopper"])
+    assert e.message == "unknown target 'tiny-cpo'" and e.hint == "did you mean 'tiny-cpu'?"
+    assert e.facts == ["known targets: sglang-hopper, tiny-cpu"]
+    assert schema.unknown("target", "zzzzzz", ["tiny-cpu"]).hint == "see `imgbuild list`"
+    with pytest.raises(InputError, match="no GPU table under"):
+        schema.read_table(tmp_path, ("gpus.yaml", "hw/gpus.yaml"), "GPU table")
+    (tmp_path / "hw").mkdir()
+    (tmp_path / "hw" / "gpus.yaml").write_text("gpus: []\n")
+    assert schema.read_table(tmp_path, ("gpus.yaml", "hw/gpus.yaml"), "GPU table").data == \
+        {"gpus": []}
+
+
+# ------------------------------------------------------------------------------------------------
+# hardware: bases, nvidia/cuda tags, GPUs, CUDA
+# ------------------------------------------------------------------------------------------------
+
+
+def _base(**kw) -> hardware.Base:
+    return hardware.Base(**{"key": "bookworm", "image": "imgbuild/debian:bookworm",
+                            "name": "Debian 12", "glibc": "2.36", "python": "3.11", **kw})
+
+
+def test_base_for_another_cpu():
+    pulled = _base(image="ubuntu:24.04")
+    arm = pulled.for_cpu("aarch64")
+    assert arm.image == "ubuntu:24.04" and arm.cpu_arch == "aarch64"
+    assert arm.platform == "linux/arm64" and pulled.platform == "linux/amd64"
+    assert pulled.for_cpu("x86_64") is pulled
+    made = _base(bootstrap={"suite": "bookworm", "rootfs_aarch64": "sha256:aa"})
+    arm = made.for_cpu("aarch64")
+    assert arm.image == "imgbuild/debian:bookworm-aarch64"
+    assert arm.bootstrap["rootfs"] == "sha256:aa" and arm.cpu_arch == "aarch64"
+    assert made.bootstrap.get("rootfs") is None  # the original is untouched
+
+
+def test_manylinux_tag_from_glibc():
+    assert _base().manylinux == "manylinux_2_36"
+    assert _base(glibc="2.39").manylinux == "manylinux_2_39"
+
+
+def _bases_doc(**over):
+    doc = {"os": {"bookworm": {"image": "x", "name": "Debian", "glibc": "2.36",
+                               "python": "3.11"},
+                  "noble": {"image": "ubuntu:24.04", "name": "Ubuntu", "glibc": "2.39",
+                            "python": "3.12"}},
+           "cuda_images": {"repository": "nvidia/cuda", "kinds": ["cudnn-devel", "runtime"],
+                           "releases": [{"cuda": "12.8", "tag_version": "12.8.1",
+                                         "os": ["noble"]}]}}
+    doc.update(over)
+    return doc
+
+
+def test_cuda_image_tag_needs_the_release_on_that_os_and_a_known_kind():
+    _, images, toolchain = hardware.parse_bases(_bases_doc(), "bases.yaml")
+    assert toolchain is None
+    assert images.tag("12.8", "runtime", "noble") == "nvidia/cuda:12.8.1-runtime-noble"
+    assert images.tag("12.8", "runtime", "bookworm") is None
+    assert images.tag("12.9", "runtime", "noble") is None
+    assert images.tag("12.8", "devel", "noble") is None
+
+
+def test_parse_bases_refusals():
+    bad = _bases_doc()
+    bad["os"]["bookworm"]["glibc"] = "2.36.1"
+    with pytest.raises(SpecError, match="a glibc version such as '2.36'"):
+        hardware.parse_bases(bad, "bases.yaml")
+    bad = _bases_doc()
+    bad["os"]["bookworm"]["glibc"] = 2.36
+    with pytest.raises(SpecError, match="in quotes"):
+        hardware.parse_bases(bad, "bases.yaml")
+    bad = _bases_doc()
+    bad["cuda_images"]["releases"][0]["os"] = ["jammy"]
+    with pytest.raises(SpecError) as e:
+        hardware.parse_bases(bad, "bases.yaml")
+    assert e.value.key == "cuda_images.releases[0].os" and "jammy" in e.value.message
+    with pytest.raises(SpecError, match="unknown key 'toolchains'"):
+        hardware.parse_bases(_bases_doc(toolchains={}), "bases.yaml")
+    _, _, tc = hardware.parse_bases(
+        _bases_doc(toolchain={"requirement": "cuda-toolkit[nvcc]", "nvcc_package": "n"}), "b")
+    assert tc == hardware.Toolchain("cuda-toolkit[nvcc]", "n")
+
+
+def _gpus_doc():
+    return {"archs": {"sm100": {"capability": "10.0", "w4a4_nvfp4": True, "fp8": True}},
+            "gpus": [{"names": ["B200"], "sm": "sm100", "generation": "Blackwell",
+                      "memory_gb": 180},
+                     {"names": ["GB200"], "sm": "sm100", "generation": "Blackwell",
+                      "memory_gb": 186, "cpu_arch": "aarch64"}]}
+
+
+def test_parse_gpus():
+    gpus, archs = hardware.parse_gpus(_gpus_doc(), "gpus.yaml")
+    assert gpus[0].cpu_arch == "x86_64" and gpus[1].cpu_arch == "aarch64"
+    assert gpus[0].memory_gb == 180.0 and archs["sm100"].w4a4_nvfp4
+    bad = _gpus_doc()
+    bad["gpus"][0]["sm"] = "sm90"
+    with pytest.raises(SpecError, match="an arch listed under `archs:`"):
+        hardware.parse_gpus(bad, "gpus.yaml")
+    bad = _gpus_doc()
+    del bad["gpus"][0]["names"]
+    with pytest.raises(SpecError, match="required key is missing"):
+        hardware.parse_gpus(bad, "gpus.yaml")
+
+
+def test_parse_cuda_versions_are_a_pep440_specifier():
+    doc = {"cuda": {12.8: {"min_driver": "570.26", "adds": ["sm120"]}},
+           "base_archs": ["sm90"],
+           "torch": [{"versions": ">=2.11,<2.15", "pypi_cuda": "12.8", "variants": ["cu128"]}]}
+    cuda, base_archs, torch = hardware.parse_cuda(doc, "cuda.yaml")
+    assert list(cuda) == ["12.8"] and cuda["12.8"].adds == ("sm120",)
+    assert base_archs == ("sm90",) and torch[0].variants == ("cu128",)
+    doc["torch"][0]["versions"] = "2.11+"
+    with pytest.raises(SpecError, match="a PEP 440 specifier"):
+        hardware.parse_cuda(doc, "cuda.yaml")
+
+
+def test_shipped_tables_parse(tmp_path):
+    images = Path(__file__).resolve().parents[1] / "images"
+    for name, fn in (("bases.yaml", hardware.parse_bases), ("gpus.yaml", hardware.parse_gpus),
+                     ("cuda.yaml", hardware.parse_cuda)):
+        fn(schema.read_yaml(images / name, images), name)

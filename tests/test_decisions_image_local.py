@@ -1,0 +1,228 @@
+"""The image package's decisions about this machine's own things, without the Docker Engine:
+which local base is the recorded one (image/base.py), what is written back into bases.yaml
+(base.record_rootfs, digests.write), the Engine socket's chunked answers and the docker clients
+tried (image/daemon.py), how a file is classed and a size report ordered (image/sizeprobe.py,
+image/sizes.py), uv's index flags inside the build (image/context.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from imgbuild.errors import EnvError, InputError
+from imgbuild.image import base, daemon, digests, sizeprobe, sizes
+from imgbuild.image.context import index_flags
+
+ROOTFS = "sha256:" + "1" * 64
+OTHER = "sha256:" + "2" * 64
+
+
+def image(*layers: str) -> SimpleNamespace:
+    return SimpleNamespace(attrs={"RootFS": {"Type": "layers", "Layers": list(layers)}})
+
+
+# --- which local base is the recorded one -------------------------------------------------------
+
+def test_a_bases_filesystem_is_its_only_layers():
+    assert base.rootfs_of(image(ROOTFS)) == ROOTFS
+    assert base.rootfs_of(image(ROOTFS, OTHER)) is None  # not a bootstrapped base
+    assert base.rootfs_of(image()) is None
+    assert base.rootfs_of(SimpleNamespace(attrs={})) is None
+
+
+def test_a_local_base_other_than_the_recorded_one_is_refused():
+    rec = SimpleNamespace(image="imgbuild-base:debian-bookworm-py3.11",
+                          bootstrap={"rootfs": ROOTFS})
+    base._check_rootfs(image(ROOTFS), rec, "here")
+    with pytest.raises(EnvError, match="not the one images/bases.yaml records") as e:
+        base._check_rootfs(image(OTHER), rec, "here")
+    assert f"its filesystem is {OTHER}" in e.value.facts
+    with pytest.raises(EnvError):
+        base._check_rootfs(image(ROOTFS, OTHER), rec, "here")
+    # Nothing recorded: nothing to hold it to.
+    base._check_rootfs(image(OTHER), SimpleNamespace(image=rec.image, bootstrap={}), "here")
+    base._check_rootfs(image(OTHER), SimpleNamespace(image=rec.image, bootstrap=None), "here")
+
+
+def test_a_bases_registry_tag_is_its_local_tag():
+    assert base.registry_tag(SimpleNamespace(image="imgbuild-base:debian-bookworm-py3.11")) == \
+        "base-debian-bookworm-py3.11"
+
+
+BASES = """\
+os:
+  debian-bookworm:
+    image: imgbuild-base:debian-bookworm-py3.11
+    # a comment that stays
+    bootstrap:
+      suite: bookworm
+      rootfs: sha256:old
+      rootfs_aarch64: sha256:oldarm
+    glibc: "2.36"
+  ubuntu-noble:
+    image: ubuntu:24.04
+    bootstrap:
+      suite: noble
+cuda_images:
+  kinds: [base]
+  digests:
+    "nvidia/cuda:old": "sha256:x"
+  after: kept
+"""
+
+
+def test_a_recorded_rootfs_replaces_only_its_own_line(tmp_path):
+    path = tmp_path / "bases.yaml"
+    path.write_text(BASES)
+    base.record_rootfs(path, "debian-bookworm", ROOTFS)
+    got = path.read_text()
+    assert f"      rootfs: {ROOTFS}\n" in got and "sha256:old\n" not in got
+    assert "      rootfs_aarch64: sha256:oldarm\n" in got and "# a comment that stays" in got
+    assert got.count("rootfs:") == 1
+    base.record_rootfs(path, "debian-bookworm", OTHER, "aarch64")
+    got = path.read_text()
+    assert f"      rootfs_aarch64: {OTHER}\n" in got and f"      rootfs: {ROOTFS}\n" in got
+    assert "sha256:oldarm" not in got
+    base.record_rootfs(path, "ubuntu-noble", OTHER)
+    noble = path.read_text().split("  ubuntu-noble:")[1].split("cuda_images:")[0]
+    assert f"      rootfs: {OTHER}\n" in noble
+    assert path.read_text().split("  ubuntu-noble:")[0].count(OTHER) == 1  # aarch64's only
+    with pytest.raises(InputError, match="no os.debian-trixie.bootstrap"):
+        base.record_rootfs(path, "debian-trixie", ROOTFS)
+
+
+def test_digests_are_written_sorted_and_only_where_found(tmp_path):
+    path = tmp_path / "bases.yaml"
+    path.write_text(BASES)
+    digests.write(path, {"nvidia/cuda:b": "sha256:bb", "nvidia/cuda:a": "sha256:aa",
+                         "nvidia/cuda:gone": None})
+    got = path.read_text()
+    assert '  digests:\n    "nvidia/cuda:a": "sha256:aa"\n    "nvidia/cuda:b": "sha256:bb"\n' \
+        "  after: kept\n" in got
+    assert "nvidia/cuda:old" not in got and "gone" not in got
+    digests.write(path, {"nvidia/cuda:gone": None})
+    assert "  digests: {}\n  after: kept\n" in path.read_text()
+    digests.write(path, {"nvidia/cuda:a": "sha256:aa"})  # from {} again
+    assert '  digests:\n    "nvidia/cuda:a": "sha256:aa"\n  after: kept\n' in path.read_text()
+    (tmp_path / "none.yaml").write_text("os: {}\n")
+    with pytest.raises(EnvError, match="no `digests:` block"):
+        digests.write(tmp_path / "none.yaml", {})
+
+
+# --- the Engine's socket and the docker clients -----------------------------------------------
+
+def _serve_once(path, answer: bytes) -> None:
+    """A unix socket at path that reads one request and sends `answer`, then hangs up."""
+    import socket
+    import threading
+
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(answer)
+        conn.close()
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def test_an_engine_answer_is_read_whole_and_one_cut_short_goes_to_the_sdk(tmp_path):
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n")
+    _serve_once(tmp_path / "a.sock", chunked)
+    assert daemon._ask(str(tmp_path / "a.sock"), "GET", "/_ping") == (200, b"hello, world")
+    _serve_once(tmp_path / "b.sock", b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}")
+    assert daemon._ask(str(tmp_path / "b.sock"), "GET", "/images/x/json") == (404, b"{}")
+    # cut short: the caller asks the SDK instead of trusting half an answer
+    _serve_once(tmp_path / "c.sock", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234")
+    assert daemon._ask(str(tmp_path / "c.sock"), "GET", "/_ping") is None
+    _serve_once(tmp_path / "d.sock", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"a\r\n01234")
+    assert daemon._ask(str(tmp_path / "d.sock"), "GET", "/_ping") is None
+    assert daemon._ask(str(tmp_path / "nobody.sock"), "GET", "/_ping") is None
+
+
+def test_the_clients_tried_are_the_named_one_first_and_only_those_that_exist(tmp_path,
+                                                                             monkeypatch):
+    mine = tmp_path / "docker"
+    mine.write_text("")
+    monkeypatch.setenv("IMGBUILD_DOCKER", str(mine))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    got = daemon.candidates()
+    assert got[0] == str(mine) and all(__import__("os").path.exists(c) for c in got)
+    monkeypatch.setenv("IMGBUILD_DOCKER", str(tmp_path / "missing"))
+    assert str(tmp_path / "missing") not in daemon.candidates()
+
+
+# --- file kinds and the size report -------------------------------------------------------------
+
+@pytest.mark.parametrize("path,kind", [
+    ("/usr/lib/libcuda.so", "shared library"), ("/opt/x/libtorch.so.2.13", "shared library"),
+    ("/opt/x/not.something", "other"), ("/opt/x/libfoo.a", "static library"),
+    ("/opt/venv/include/cuda.h", "header"), ("/usr/include/c++/12/vector", "header"),
+    ("/opt/x/kernel.cuh", "header"), ("/opt/x/mod.pyc", "bytecode"),
+    ("/opt/venv/lib/python3.11/site-packages/torch/tests/test_a.py", "test file"),
+    ("/opt/venv/lib/python3.11/site-packages/torch/test/data.bin", "test file"),
+    ("/opt/tests/run.py", "python source"), ("/opt/venv/bin/x.py", "python source"),
+    ("/etc/os-release", "other"),
+])
+def test_each_file_is_classed_by_its_name_and_place(path, kind):
+    assert sizeprobe.kind(path) == kind
+
+
+def test_bytecode_belongs_to_the_distribution_of_its_source():
+    assert sizeprobe._source_of("/s/pkg/__pycache__/mod.cpython-311.pyc") == "/s/pkg/mod.py"
+    assert sizeprobe._source_of("/s/pkg/mod.pyc") == ""
+    assert sizeprobe._source_of("/s/pkg/__pycache__/notes.txt") == ""
+
+
+def test_a_size_report_lists_layers_oldest_first_and_the_rest_largest_first():
+    history = [{"CreatedBy": "RUN rest", "Size": 30}, {"CreatedBy": "RUN heavy", "Size": 900},
+               {"CreatedBy": "FROM base", "Size": None}]
+    doc = {"total": 1000, "files": 3, "by_kind": {"other": 5, "shared library": 900,
+                                                  "test file": 20, "static library": 7},
+           "by_owner": {"six": 1, "torch": 950}, "by_owner_kind": {},
+           "duplicates": [{"size": 10, "paths": ["a", "b", "c"]}]}
+    got = sizes.report_of("img", history, doc)
+    assert got.layers == (("FROM base", 0), ("RUN heavy", 900), ("RUN rest", 30))
+    assert [k for k, _ in got.by_kind] == ["shared library", "test file", "static library",
+                                           "other"]
+    assert got.by_owner == (("torch", 950), ("six", 1))
+    assert got.dead_weight == {"static library": 7, "test file": 20, "duplicate copies": 20}
+    assert got.to_dict()["layers"][0] == {"created_by": "FROM base", "size": 0}
+
+
+# --- uv's index flags inside the build --------------------------------------------------------
+
+def test_the_builds_index_flags():
+    plain = SimpleNamespace(extra_index_urls=())
+    extra = SimpleNamespace(extra_index_urls=("https://download.pytorch.org/whl/cpu",))
+    assert index_flags(plain, False) == ""
+    assert index_flags(extra, False) == ("--extra-index-url https://download.pytorch.org/whl/cpu"
+                                         " --index-strategy unsafe-best-match")
+    # The wheelhouse stands in for the extra indexes.
+    wheels = index_flags(extra, True)
+    assert "--extra-index-url" not in wheels and "--find-links" in wheels
+    assert wheels.endswith("--index-strategy unsafe-best-match")
+    mirrored = index_flags(plain, False, "https://user:pw@mirror.example/simple")
+    assert mirrored == "--default-index https://mirror.example/simple"
+    assert index_flags(plain, True, "https://m/simple").startswith("--default-index https://m/simple --find-links")
+
+
+# --- which engine an image asks about its schemes ----------------------------------------------
+
+def test_the_engine_and_its_gpu_archs_are_read_from_the_labels():
+    from imgbuild.image import schemes
+
+    labels = {"io.imgbuild.engine": "sglang==0.5.16", "io.imgbuild.archs": "sm100,sm120,cpu",
+              "io.imgbuild.target": "sglang-blackwell"}
+    assert schemes.engine_of(labels) == ("sglang", "0.5.16", ["sm100", "sm120"],
+                                         "sglang-blackwell")
+    assert schemes.engine_of({"io.imgbuild.archs": "cpu"}) == ("", None, [], None)
+    assert schemes.engine_of({"io.imgbuild.engine": "vllm", "io.imgbuild.archs": "sm90"}) == \
+        ("vllm", None, ["sm90"], None)

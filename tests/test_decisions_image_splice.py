@@ -1,0 +1,249 @@
+"""Which donor layers a splice may reuse (image/splice.py), decided on a real recorded config
+(tests/fixtures/inline-cache/first.json: tiny-cpu as Docker Engine 20.10 built it) and a lock
+part read from a real tar layer made in memory, without a registry or the Docker Engine."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imgbuild.image import splice
+from imgbuild.image.compression import DOCKER_GZIP, GZIP, ZSTD
+from imgbuild.plan.render import ASSETS
+
+RECORDED = Path(__file__).parent / "fixtures" / "inline-cache"
+HEAVY_TEXT = "torch==2.13.0 --hash=sha256:" + "ab" * 32 + "\n"
+PATH = f"{ASSETS}/heavy.txt"
+
+
+def recorded() -> dict:
+    return json.loads((RECORDED / "first.json").read_text())
+
+
+def manifest_of(config: dict, media_type: str = GZIP.media_type) -> dict:
+    return {"layers": [{"mediaType": media_type, "digest": f"sha256:{i:064x}", "size": 100 + i}
+                       for i in range(len(config["rootfs"]["diff_ids"]))]}
+
+
+def tar_of(path: str, text: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo(path.lstrip("/"))
+        data = text.encode()
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class Layers:
+    """The registry's layer blobs of the donor, as files read from real tars (the heavy
+    part's `COPY` layer at index 2, as the recorded build made it)."""
+
+    def __init__(self, text: str | None = HEAVY_TEXT, at: int = 2):
+        self.blobs = {f"sha256:{at:064x}": tar_of(PATH, text) if text is not None
+                      else tar_of("/opt/other.txt", "x")}
+        self.asked: list[tuple[str, str]] = []
+
+    def __call__(self, layer: dict, path: str) -> bytes | None:
+        self.asked.append((layer["digest"], path))
+        blob = self.blobs.get(layer["digest"])
+        if blob is None:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
+            try:
+                f = tf.extractfile(path.lstrip("/"))
+            except KeyError:
+                return None
+            return f.read() if f is not None else None
+
+
+def donor(config=None, manifest=None, texts=None, comp=GZIP, layers=None):
+    config = config if config is not None else recorded()
+    manifest = manifest if manifest is not None else manifest_of(config)
+    return splice.donor_from("prev", "sha256:" + "d" * 64, manifest, config,
+                             texts if texts is not None else {"heavy": HEAVY_TEXT}, comp,
+                             layers if layers is not None else Layers())
+
+
+def test_an_image_with_this_builds_heavy_layers_is_a_donor_of_exactly_them():
+    cfg = recorded()
+    m = manifest_of(cfg)
+    layers = Layers()
+    got, why = donor(cfg, m, layers=layers)
+    assert why == "" and got is not None
+    assert (got.ref, got.digest) == ("prev", "sha256:" + "d" * 64)
+    assert got.before == 4 and got.first_layer == 2
+    assert got.history == tuple(cfg["history"][4:6])
+    assert got.layers == tuple(m["layers"][2:4])
+    assert got.diff_ids == tuple(cfg["rootfs"]["diff_ids"][2:4])
+    assert got.manifest is m and got.config is cfg
+    # The lock part is read from the heavy step's own COPY layer, at the path it was copied to.
+    assert layers.asked == [(f"sha256:{2:064x}", PATH)]
+
+
+def test_another_lock_part_or_none_is_no_donor():
+    got, why = donor(texts={"heavy": HEAVY_TEXT.replace("2.13.0", "2.14.0")})
+    assert got is None and why == "its heavy lock part is not this build's"
+    got, why = donor(layers=Layers(text=None))
+    assert got is None and why == "its heavy lock part is not this build's"
+    got, why = donor(layers=Layers(at=3))  # the part in another layer than its COPY step's
+    assert got is None and "lock part" in why
+
+
+def test_heavy_layers_in_another_compression_are_no_donor():
+    cfg = recorded()
+    got, why = donor(cfg, manifest_of(cfg, ZSTD.media_type))
+    assert got is None and ZSTD.media_type in why and GZIP.media_type in why
+    got, why = donor(cfg, manifest_of(cfg, GZIP.media_type), comp=ZSTD)
+    assert got is None and "this push writes " + ZSTD.media_type in why
+    # Docker's gzip is gzip.
+    got, _ = donor(cfg, manifest_of(cfg, DOCKER_GZIP))
+    assert got is not None
+    # Only the heavy layers' compression counts: the rest are the top's to send.
+    m = manifest_of(cfg)
+    m["layers"][0]["mediaType"] = ZSTD.media_type
+    m["layers"][5]["mediaType"] = ZSTD.media_type
+    got, _ = donor(cfg, m)
+    assert got is not None
+    m["layers"][3]["mediaType"] = ZSTD.media_type  # the heavy RUN's layer
+    assert donor(cfg, m)[0] is None
+
+
+def test_a_history_that_does_not_say_which_step_made_which_layer_is_no_donor():
+    cfg = recorded()
+    m = manifest_of(cfg)
+    m["layers"].pop()
+    assert donor(cfg, m) == (None, "its history does not say which step made which layer")
+    cfg = recorded()
+    cfg["rootfs"]["diff_ids"].pop()
+    assert donor(cfg, manifest_of(recorded()))[1] == \
+        "its history does not say which step made which layer"
+    cfg = recorded()
+    cfg["history"][2]["empty_layer"] = False  # an ENV said to make a layer
+    assert donor(cfg, manifest_of(recorded()))[0] is None
+
+
+def test_as_many_heavy_steps_as_this_build_has_parts():
+    got, why = donor(texts={"heavy-a": HEAVY_TEXT, "heavy-b": HEAVY_TEXT})
+    assert got is None and why == "it has 1 heavy install steps, this build 2"
+
+
+def test_heavy_steps_that_are_not_this_builds_are_no_donor():
+    cfg = recorded()
+    cfg["history"][4]["created_by"] = cfg["history"][4]["created_by"].replace(
+        "COPY ", "ADD ")
+    got, why = donor(cfg)
+    assert got is None and "not this build's (heavy)" in why
+    cfg = recorded()
+    cfg["history"][4]["created_by"] = "COPY lock/heavy.txt /opt/elsewhere/heavy.txt # buildkit"
+    assert donor(cfg)[0] is None
+
+
+def test_a_spliced_config_puts_the_donors_layers_back_where_the_full_build_has_them():
+    full = recorded()
+    d, _ = donor(full)
+    top = copy.deepcopy(full)
+    del top["history"][4:6]
+    del top["rootfs"]["diff_ids"][2:4]
+    got = json.loads(splice.spliced_config(d, json.dumps(top).encode()))
+    assert got["rootfs"]["diff_ids"] == full["rootfs"]["diff_ids"]
+    assert got["history"] == full["history"]
+
+
+def test_the_cut_rest_layer_goes_where_its_build_step_would_have_put_it():
+    cfg = {"rootfs": {"diff_ids": ["a", "b", "c"]}, "history": [{"n": 0}, {"n": 1}, {"n": 2}]}
+    rest = splice.CutLayer(history_at=1, layer_at=2, history={"n": "rest"}, diff_id="r",
+                           descriptor={}, tar_size=0)
+    got = json.loads(splice.with_rest(json.dumps(cfg).encode(), rest))
+    assert got["rootfs"]["diff_ids"] == ["a", "b", "r", "c"]
+    assert got["history"] == [{"n": 0}, {"n": "rest"}, {"n": 1}, {"n": 2}]
+
+
+def test_the_rest_layers_history_is_made_only_from_the_donors_own_install():
+    d, _ = donor()
+    (part, same), = splice._heavy_installs(d)
+    assert part == "heavy" and f"-r {ASSETS}/rest.txt" in same and f"{ASSETS}/heavy.txt" not in same
+    command = same.removesuffix(" # buildkit")
+    got = splice.rest_history(d, command, "--find-links /w", "2026-01-01T00:00:00Z")
+    assert got == {"created": "2026-01-01T00:00:00Z",
+                   "created_by": f"RUN |1 IMGBUILD_INDEX_FLAGS=--find-links /w /bin/sh -c {same}",
+                   "comment": d.history[1].get("comment", "buildkit.dockerfile.v0")}
+    assert splice.rest_history(d, command + " --no-compile", "", "t") is None
+
+
+def test_a_layer_blob_is_read_back_in_its_compression():
+    tar = tar_of(PATH, HEAVY_TEXT)
+    assert splice.decompressed(GZIP.media_type, gzip.compress(tar)) == tar
+    assert splice.decompressed(DOCKER_GZIP, gzip.compress(tar)) == tar
+    assert splice.decompressed("application/vnd.oci.image.layer.v1.tar", tar) == tar
+
+
+@pytest.mark.parametrize("by,command", [
+    ("RUN |1 IMGBUILD_INDEX_FLAGS=--x /bin/sh -c uv pip install # buildkit",
+     "uv pip install # buildkit"),
+    ("RUN /bin/sh -c a /bin/sh -c b", "a /bin/sh -c b"),
+    ("COPY x y", "COPY x y"),
+])
+def test_a_steps_command_leaves_out_its_build_arguments(by, command):
+    assert splice._command(by) == command
+
+
+# --- the spliced image: where each layer goes, what it cost -----------------------------------
+
+def top_layers(n: int, sent: int = 0) -> splice.wire.Layers:
+    from imgbuild.image import imagecheck, wire
+
+    descs = tuple({"mediaType": GZIP.media_type, "digest": f"sha256:{0xf00 + i:064x}",
+                   "size": 10 + i} for i in range(n))
+    facts = tuple(imagecheck.LayerFact(d["digest"], d["size"], f"sha256:{0xa00 + i:064x}",
+                                       "sent" if i < sent else "found")
+                  for i, d in enumerate(descs))
+    return wire.Layers("sha256:top", tuple(f.diff_id for f in facts), descs, b"{}",
+                       sum(d["size"] for d in descs[:sent]), sent, n - sent, 0, "sha256:cfg",
+                       facts)
+
+
+def test_the_spliced_manifest_names_the_donors_layers_between_the_tops():
+    from imgbuild.image import wire
+
+    d, _ = donor()
+    d = splice.Donor(d.ref, d.digest, d.manifest, d.config, d.before, d.history, d.first_layer,
+                     ({**d.layers[0], "annotations": {wire.TAR_SIZE: "5000"}}, d.layers[1]),
+                     d.diff_ids)
+    top = top_layers(7, sent=3)
+    got = splice.spliced_image(d, top, 1000, None, b'{"c": 1}', "sha256:conf", "reg/r")
+    m = json.loads(got.manifest)
+    assert m["config"] == {"mediaType": wire.OCI_CONFIG, "digest": "sha256:conf", "size": 8}
+    assert [la["digest"] for la in m["layers"]] == (
+        [x["digest"] for x in top.descriptors[:2]] + [la["digest"] for la in d.layers]
+        + [x["digest"] for x in top.descriptors[2:]])
+    assert [f.how for f in got.facts] == ["sent", "sent", "found", "found", "sent", "found",
+                                          "found", "found", "found"]
+    assert [f.diff_id for f in got.facts[2:4]] == list(d.diff_ids)
+    assert [f.digest for f in got.facts] == [la["digest"] for la in m["layers"]]
+    # Unpacked size: the top's, and each heavy layer's tar size where recorded, else its size.
+    assert got.size_bytes == 1000 + 5000 + d.layers[1]["size"]
+    assert got.heavy_layers == 2 and got.donor == f"reg/r@{d.digest}"
+    assert got.pushed is top and got.config_digest == "sha256:conf"
+
+
+def test_a_cut_rest_layer_is_counted_as_sent_and_placed_where_it_belongs():
+    d, _ = donor()
+    top = top_layers(6, sent=2)
+    rest = splice.CutLayer(history_at=5, layer_at=3,
+                           history={"created_by": "rest"}, diff_id="sha256:rest",
+                           descriptor={"mediaType": GZIP.media_type, "digest": "sha256:restblob",
+                                       "size": 77}, tar_size=7000)
+    got = splice.spliced_image(d, top, 1000, rest, b"{}", "sha256:conf", "reg/r")
+    m = json.loads(got.manifest)
+    # The rest layer at 3 among the top's, which is 5 once the 2 heavy layers are in.
+    assert m["layers"][5]["digest"] == "sha256:restblob" and len(m["layers"]) == 9
+    assert got.facts[5] == splice.imagecheck.LayerFact("sha256:restblob", 77, "sha256:rest", "sent")
+    assert got.pushed.sent_layers == 3 and got.pushed.sent_bytes == top.sent_bytes + 77
+    assert got.size_bytes == 1000 + 7000 + sum(la["size"] for la in d.layers)

@@ -1,0 +1,239 @@
+"""What a compatibility-page cell may claim (pipeline/report.py, cli/views/report_html.py),
+on plain data: the image cell from what a registry holds (nothing, a tag, a smoke report that
+passed on this GPU, on another, on CPU only, or failed), the kernel cell from a coverage row,
+which doctor entries apply to a lock, and how the page colours and words them. No registry,
+no Docker: the registry's answers are the dataclasses it is read into."""
+
+from __future__ import annotations
+
+import pytest
+
+from imgbuild.catalog.failures import Fingerprint
+from imgbuild.cli.views import report_html as H
+from imgbuild.lock.lockfile import LockedPackage, Lockfile
+from imgbuild.pipeline import report as R
+from imgbuild.pipeline.report import (
+    ABSENT,
+    BUILT,
+    NO_RECORD,
+    NONE,
+    NOT_KNOWN,
+    PTX,
+    SASS,
+    SMOKE_CPU,
+    SMOKE_FAILED,
+    SMOKE_GPU,
+    Cell,
+    GpuColumn,
+    PlatformSection,
+    Published,
+    Smoke,
+)
+
+B200 = GpuColumn("B200", ("B200",), "sm100", "Blackwell", 180, "x86_64")
+RTX = GpuColumn("RTX PRO 6000", ("RTX PRO 6000",), "sm120", "Blackwell", 96, "x86_64")
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _sec(published: Published | None) -> PlatformSection:
+    return PlatformSection("linux/amd64", "x86_64", "tag", "key", ("sm100",), "13.0", "580",
+                           (), "slim", "base", "3.12", "lockfiles/t.txt", "h", 10, None, (), (),
+                           (), "imgbuild pull t", None, published)
+
+
+def _smoke(ok=True, gpu="NVIDIA B200 (sm100)", when=None, stages=None):
+    stages = stages or (("versions", "pass", ""), ("gpu-engine", "pass" if ok else "fail", ""))
+    return Smoke(ok, stages, gpu, when, "img", False)
+
+
+def _pub(digest=DIGEST, smoke=None):
+    return Published("reg/r", "reg/r:tag", digest, (), smoke, "sha256-ab.smoke" if smoke else None)
+
+
+def test_without_a_registry_nothing_is_claimed():
+    for sec in (None, _sec(None)):
+        word, why, ev = R._image_cell("t", sec, B200)
+        assert word == NOT_KNOWN and "not known" in why and ev == ()
+
+
+def test_a_tag_not_in_the_registry_is_absent():
+    word, why, ev = R._image_cell("t", _sec(_pub(digest=None)), B200)
+    assert word == ABSENT and why == "reg/r:tag is not in reg/r"
+    assert ev == (R.anchor("t", "t", "linux/amd64", "registry"),)
+
+
+def test_a_pushed_image_without_a_report_is_built_not_tested():
+    word, why, _ = R._image_cell("t", _sec(_pub()), B200)
+    assert word == BUILT and DIGEST in why and "no smoke report" in why
+
+
+def test_smoke_tested_on_gpu_only_on_the_gpus_arch():
+    word, why, _ = R._image_cell("t", _sec(_pub(smoke=_smoke(when="2026-12-01T20:05:01"))), B200)
+    assert word == SMOKE_GPU
+    assert why == "on NVIDIA B200 (sm100), 2026-12-01T20:05:01; passed: versions, gpu-engine"
+    # The same report on another arch's column: it passed, but not on this GPU.
+    word, why, _ = R._image_cell("t", _sec(_pub(smoke=_smoke())), RTX)
+    assert word == SMOKE_CPU and why.startswith("on NVIDIA B200 (sm100), not this GPU")
+    # sm10 must not match sm100 by prefix.
+    other = GpuColumn("X", ("X",), "sm10", "old", 1, "x86_64")
+    assert R._image_cell("t", _sec(_pub(smoke=_smoke())), other)[0] == SMOKE_CPU
+
+
+def test_a_cpu_only_report_is_never_a_gpu_claim():
+    word, why, _ = R._image_cell("t", _sec(_pub(smoke=_smoke(gpu=None))), B200)
+    assert word == SMOKE_CPU and why.startswith("on CPU only, no GPU stage ran")
+
+
+def test_a_failed_report_is_a_failure_even_with_a_gpu():
+    sm = _smoke(ok=False, stages=(("versions", "pass", ""), ("model", "fail", "x"),
+                                  ("gpu-engine", "fail", "y")))
+    word, why, _ = R._image_cell("t", _sec(_pub(smoke=sm)), B200)
+    assert word == SMOKE_FAILED and why == "stages failed: model, gpu-engine"
+    word, why, _ = R._image_cell("t", _sec(_pub(smoke=_smoke(ok=False, stages=(
+        ("a", "pass", ""),)))), B200)
+    assert word == SMOKE_FAILED and why == "stages failed: ?"
+
+
+def test_the_smoke_report_read_from_the_registry():
+    doc = {"ok": True, "image": "i", "forced": True,
+           "reused": "local cache, run 2026-12-01T20:05:01+00:00",
+           "stages": [{"name": "versions", "status": "pass", "reason": "r"},
+                      {"name": "gpu-engine", "status": "pass",
+                       "details": {"gpu": "NVIDIA B200", "sm": "sm100"}}, "junk"]}
+    s = R._smoke(doc)
+    assert s.ok and s.forced and s.image == "i"
+    assert s.gpu == "NVIDIA B200 (sm100)" and s.when == "2026-12-01T20:05:01+00:00"
+    assert s.stages == (("versions", "pass", "r"), ("gpu-engine", "pass", ""))
+    # A GPU stage that did not pass names no GPU; no `reused`: no time.
+    doc["stages"][1]["status"] = "skip"
+    doc.pop("reused")
+    s = R._smoke(doc)
+    assert s.gpu is None and s.when is None
+    assert R._smoke({}).ok is False
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+BASE = dict(target="t", gpu="B200", platform="linux/amd64", image=NOT_KNOWN, image_reason="",
+            model_fit=None)
+
+
+@pytest.mark.parametrize("rows, status", [
+    ((("torch", "sass"), ("flashinfer", "sass")), SASS),
+    ((("torch", "sass"), ("flashinfer", "ptx")), PTX),
+    ((("torch", "ptx"), ("flashinfer", "none")), NONE),
+    ((("torch", "sass"), ("deep-gemm (shown)", "none")), SASS),  # shown only: not required
+    ((("torch", "sass"), ("triton", "jit")), SASS),  # JIT: not required
+    ((("x (shown)", "ptx"),), SASS),  # nothing required: nothing missing
+])
+def test_a_kernel_cell_is_the_worst_over_the_required_packages(rows, status):
+    c = R._kernel_cell(dict(BASE), rows, "sm100", "built for sm100", ("ev",))
+    assert c.status == status and c.kernels == rows and c.evidence == ("ev",)
+    assert c.reason.startswith("built for sm100")
+
+
+def test_a_kernel_cells_reason_names_each_kind():
+    rows = (("torch", "sass"), ("flashinfer", "ptx"), ("deep-gemm (shown)", "none"),
+            ("triton", "jit"))
+    c = R._kernel_cell(dict(BASE), rows, "sm100", "", ())
+    assert c.reason == ("PTX only (the driver compiles it at first launch): flashinfer; "
+                        "nothing for sm100 in deep-gemm (not required); JIT at first use: triton")
+    c = R._kernel_cell(dict(BASE), (("torch", "sass"), ("fi", "sass")), "sm100", "", ())
+    assert c.reason == "SASS for sm100 in every required package (2)"
+    c = R._kernel_cell(dict(BASE), (), "sm100", "lead", ())
+    assert c.status == NO_RECORD and c.reason.startswith("lead; no kernel coverage recorded")
+
+
+# --- which doctor entries a lock's page lists ------------------------------------------------
+
+def _lock(**versions: str) -> Lockfile:
+    from pathlib import Path
+    pkgs = tuple(LockedPackage(n, v, ("sha256:" + "0" * 64,)) for n, v in versions.items())
+    return Lockfile(Path("lockfiles/t.txt"), "t", "", "", "", pkgs)
+
+
+def _fp(applies_to) -> Fingerprint:
+    return Fingerprint("f", "t", "error", (), "", "", applies_to=applies_to)
+
+
+def test_a_failure_applies_inside_its_range_only():
+    lock = _lock(sglang="0.5.16", vllm="0.11.0rc1")
+    assert R._applies(_fp(()), lock) == "any engine"
+    assert R._applies(_fp((("sglang", ">=0.5.7,<0.5.17"),)), lock) == \
+        "sglang 0.5.16 (in >=0.5.7,<0.5.17)"
+    assert R._applies(_fp((("sglang", ">=0.5.17"),)), lock) is None
+    assert R._applies(_fp((("sglang", "<0.5.16"),)), lock) is None
+    assert R._applies(_fp((("sglang", "<=0.5.16"),)), lock) is not None
+    assert R._applies(_fp((("sglang", ""),)), lock) == "sglang 0.5.16"
+    assert R._applies(_fp((("torch", ""),)), lock) is None  # not in the lock
+    assert R._applies(_fp((("vllm", "<0.11"),)), lock) is None
+    assert R._applies(_fp((("vllm", ">=0.10"),)), lock) is not None  # a pre-release counts
+    assert R._applies(_fp((("sglang", "not a spec"),)), lock) is None
+    assert R._applies(_fp((("torch", ""), ("sglang", ">=0.5"))), lock) == \
+        "sglang 0.5.16 (in >=0.5)"
+
+
+def test_a_cause_without_a_log_takes_the_wording_without():
+    assert R._plain("load [[of {model}||of the model]] failed: {error} ") == \
+        "load of the model failed: <error>"
+    assert R._plain("a[[ only with a log]] b") == "a b"
+
+
+@pytest.mark.parametrize("created_by, comment, step", [
+    ("RUN |1 A=b c /bin/sh -c uv pip install x # buildkit", "", "RUN uv pip install x"),
+    ("/bin/sh -c #(nop)  CMD [\"x\"]", "", "CMD [\"x\"]"),
+    ("RUN /bin/sh -c if [ -f a ]; then b; fi; uv sync # buildkit", "", "RUN uv sync"),
+    ("", "imported", "base layer (imported)"), ("", "", "base layer"),
+])
+def test_a_layers_step_as_people_read_it(created_by, comment, step):
+    assert R._step(created_by, comment) == step
+
+
+def test_anchors():
+    assert R.anchor("t", "SGLang Blackwell", "linux/amd64", "") == \
+        "t-sglang-blackwell-linux-amd64"
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+def _cell(status=SASS, image=NOT_KNOWN, model_fit=None):
+    return Cell("t", "B200", status, "r", "linux/amd64", image=image, image_reason="ir",
+                model_fit=model_fit)
+
+
+@pytest.mark.parametrize("status, image, cls", [
+    (SASS, NOT_KNOWN, "ok"), (SASS, SMOKE_FAILED, "bad"), (PTX, SMOKE_FAILED, "bad"),
+    (PTX, SMOKE_GPU, "warn"), (NONE, SMOKE_GPU, "bad"), (R.REFUSED, "", "bad"),
+    (R.NOT_BUILT, "", "off"), (R.CPU_ONLY, SMOKE_CPU, "off"), (NO_RECORD, NOT_KNOWN, "warn"),
+    (R.CPU_ONLY, SMOKE_FAILED, "bad"), (SASS, BUILT, "ok"), (SASS, ABSENT, "ok"),
+])
+def test_a_matrix_cells_colour(status, image, cls):
+    assert H._matrix_cell(_cell(status, image)).startswith(f'<td class="{cls}"')
+
+
+def test_a_matrix_cell_says_when_the_model_does_not_fit():
+    html = H._matrix_cell(_cell(model_fit="k2.6 does not fit on 8x B200 (...)"))
+    assert "model does not fit" in html
+    assert "model does not fit" not in H._matrix_cell(_cell(model_fit="k2.6 fits on 8x B200"))
+    assert "| image: ir" in html and f"<small>{NOT_KNOWN}</small>" in html
+    assert "<small>" not in H._matrix_cell(_cell(R.REFUSED, image="")).split("</span>", 1)[1]
+
+
+def test_image_and_status_classes_claim_no_more_than_the_words():
+    assert H.IMAGE_CLASS[NOT_KNOWN] == "off" and H.IMAGE_CLASS[ABSENT] == "off"
+    assert H.IMAGE_CLASS[BUILT] == "warn" and H.IMAGE_CLASS[SMOKE_FAILED] == "bad"
+    assert H.IMAGE_CLASS[SMOKE_GPU] == "ok"
+    assert H.STATUS_CLASS[PTX] == "warn" and H.STATUS_CLASS[NONE] == "bad"
+
+
+def test_the_published_block_says_what_was_stored():
+    from imgbuild.pipeline.report import TargetSection
+    t = TargetSection("t", "", "sglang", "1", (), (), (), (), ())
+    assert "registry: not known" in H._published(t, _sec(None))
+    assert "is not in" in H._published(t, _sec(_pub(digest=None)))
+    html = H._published(t, _sec(_pub()))
+    assert "smoke report: none stored" in html
+    html = H._published(t, _sec(_pub(smoke=_smoke(gpu=None))))
+    assert "passed, on CPU (no GPU stage ran), time not recorded" in html
+    html = H._published(t, _sec(_pub(smoke=_smoke(ok=False, when="2026-12-01"))))
+    assert "failed, GPU stage on NVIDIA B200 (sm100), 2026-12-01" in html
