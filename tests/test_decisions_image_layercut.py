@@ -10,22 +10,9 @@ import tarfile
 
 from imgbuild.image import layercut
 
+from .test_layercut import tar
+
 DIR = {"type": tarfile.DIRTYPE, "mode": 0o755, "mtime": 100}
-
-
-def tar(*entries, fmt=tarfile.PAX_FORMAT) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=fmt) as tf:
-        for name, data, attrs in entries:
-            m = tarfile.TarInfo(name)
-            for k, v in attrs.items():
-                setattr(m, k, v)
-            if data is None:
-                tf.addfile(m)
-            else:
-                m.size = len(data)
-                tf.addfile(m, io.BytesIO(data))
-    return out.getvalue()
 
 
 def members(data: bytes) -> list[str]:

@@ -23,9 +23,9 @@ from .test_splice import donor_of, recorded
 DIR = {"type": tarfile.DIRTYPE, "mode": 0o755, "mtime": 100}
 
 
-def tar(*entries: tuple[str, bytes | None, dict]) -> bytes:
+def tar(*entries: tuple[str, bytes | None, dict], fmt: int = tarfile.PAX_FORMAT) -> bytes:
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tf:
         for name, data, attrs in entries:
             m = tarfile.TarInfo(name)
             for k, v in attrs.items():
