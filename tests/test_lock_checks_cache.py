@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,20 @@ def test_uv_settings_hold_what_changes_a_resolution_and_not_what_does_not(tmp_pa
     cfg.parent.mkdir(parents=True)
     cfg.write_text('prerelease = "allow"\n')
     assert ("file:" + str(cfg), 'prerelease = "allow"\n') in checkcache.uv_settings(base)
+
+
+def test_the_interpreter_is_named_only_where_nothing_is_built(env):
+    """Wheels only: uv is handed this interpreter (its search for one costs a tenth of a
+    second a resolution, and the target's version and platform are given anyway); the pins are
+    those of the same request where sdists may be built, which keeps uv's own search."""
+    wheels_only = request()
+    may_build = dataclasses.replace(wheels_only, build_from_source=True)
+    pinned = locked(env, wheels_only, "wheels-only")
+    searched = locked(env, may_build, "may-build")
+    calls = [ln.split() for ln in env.log.read_text().splitlines()
+             if ln.startswith("pip compile")]
+    assert len(calls) == 2
+    assert "--no-build" in calls[0] and calls[0][calls[0].index("--python") + 1] == sys.executable
+    assert "--no-build" not in calls[1] and "--python" not in calls[1]
+    assert [(p.name, p.version) for p in pinned.packages] == \
+        [(p.name, p.version) for p in searched.packages]

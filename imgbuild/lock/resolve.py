@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,6 +54,11 @@ def resolve(req: LockRequest, wheels: Path | None = None, *, prefer: str | None 
             # has no compiler and NVIDIA's wheel stubs fetch from pypi.nvidia.com. Better uv's
             # "has no usable wheels" here than a failed install step there.
             cmd.append("--no-build")
+            # The interpreter named, not searched for: with nothing to build, uv reads no more
+            # from it than the target's --python-version and --python-platform give, and its
+            # search (every python3.x on PATH, pyenv's shims among them) cost 0.1-0.3 s a
+            # resolution here: 5% of a lock (bench/lock_bench.py). The pins are the same.
+            cmd += ["--python", sys.executable]
         if req.overrides:
             (Path(td) / "overrides.txt").write_text("\n".join(req.overrides) + "\n")
             cmd += ["--overrides", "overrides.txt"]
@@ -103,8 +109,11 @@ def ensure_lock(req: LockRequest, lock_dir: Path, wheels: Path | None = None, *,
         lock = read_lock(path)  # a corrupted lock is an error, not silently replaced
         if lock.inputs_hash == req.inputs_hash():
             return lock, False
-    body = resolve_explained(req, wheels)
-    return write_lock(path, req, body, uv_version()), True
+    # uv's version (for the lock's header) is asked beside the resolution, not after it.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        version = pool.submit(uv_version)
+        body = resolve_explained(req, wheels)
+        return write_lock(path, req, body, version.result()), True
 
 
 @dataclass(frozen=True)

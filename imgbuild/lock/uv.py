@@ -51,7 +51,15 @@ def uv_env() -> dict[str, str]:
 
 
 def uv_version() -> str:
-    out = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True, env=uv_env())
+    """What `uv --version` says, e.g. "uv 0.13.9 (x86_64-unknown-linux-gnu)"."""
+    return _version_of(uv_bin())
+
+
+@cache
+def _version_of(binary: str) -> str:
+    # Once per binary and process: a lock asks it for the lockfile's header and again for
+    # the override-check keys, and each ask is a process start (70 ms here).
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, env=uv_env())
     return out.stdout.strip() or "uv (unknown version)"
 
 
