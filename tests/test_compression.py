@@ -293,10 +293,11 @@ def test_a_needed_layer_the_size_of_a_held_one_is_still_sent(docker_client, tmp_
         gz = wire.compression("gzip")
         first = push_wire.push(docker_client, f"{repo}:one", r, comp=gz)
         second = push_wire.push(docker_client, f"{repo}:two", r, comp=gz, hint_refs=("one",))
-        assert second.reused_layers == first.sent_layers  # the base's and /a's
+        # The base's and /a's (the base's may have been mounted: pushed here before).
+        assert second.reused_layers == first.sent_layers + first.reused_layers
         assert second.sent_layers == 1
         _, m = _manifest(f"{repo}:two")
-        assert len(m["layers"]) == first.sent_layers + 1
+        assert len(m["layers"]) == first.sent_layers + first.reused_layers + 1
         docker_client.images.remove(f"{repo}:two")
         image_registry.pull(docker_client, f"{repo}:two")
         got = docker_client.containers.run(f"{repo}:two", ["sha256sum", "/b"], remove=True,
@@ -311,12 +312,82 @@ def test_a_needed_layer_the_size_of_a_held_one_is_still_sent(docker_client, tmp_
 
 
 @pytest.mark.docker
+def test_a_push_to_another_repository_mounts_the_layers_it_pushed_before(docker_client,
+                                                                         tmp_path, monkeypatch):
+    """As Docker does: a layer this machine pushed to one repository of a registry is mounted
+    into another (the registry links its blob; nothing read, compressed or sent), and the
+    manifest is written only once every layer is there. A source that no longer holds the blob
+    (the registry opens an upload instead: 202) costs nothing but a send: the upload it opened
+    is cancelled, and the layer goes as it would have."""
+    import json as _json
+    import os as _os
+
+    import requests as _requests
+
+    from imgbuild.image import wire as push_wire
+    from imgbuild.image.registry import Repository, manifest_digest
+
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    base = docker_client.images.list(name="imgbuild-base")
+    if not base:
+        pytest.skip("skipped: no imgbuild-base image here (make demo bootstraps it)")
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMGBUILD_BLOB_CACHE_GB", "0")  # a send is a send: from the Engine
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "a").write_bytes(_os.urandom(2_000_000))
+    (ctx / "Dockerfile").write_text(f"FROM {base[0].tags[0]}\nCOPY a /a\n")
+    name = f"imgbuild-test-mount-{uuid.uuid4().hex[:8]}"
+    image, _ = docker_client.images.build(path=str(ctx), tag=f"{name}:t", rm=True)
+    gz = wire.compression("gzip")
+
+    def push_to(suffix: str):
+        repo = f"{REGISTRY_HOST}/{name}-{suffix}"
+        image.tag(repo, "t")
+        try:
+            return push_wire.push(docker_client, f"{repo}:t", Repository.parse(repo), comp=gz)
+        finally:
+            docker_client.images.remove(f"{repo}:t")
+
+    try:
+        first = push_to("a")
+        assert first.sent_layers >= 2 and first.mounted_layers == 0
+        second = push_to("b")
+        assert second.sent_bytes == 0 and second.sent_layers == 0
+        assert second.mounted_layers == second.reused_layers == first.sent_layers
+        assert second.digest == first.digest
+        assert manifest_digest(Repository.parse(f"{REGISTRY_HOST}/{name}-b"), "t") == \
+            first.digest
+        # Every blob the manifest names is in the second repository, at its size.
+        m = _json.loads(second.manifest)
+        for layer in m["layers"]:
+            h = _requests.head(f"http://{REGISTRY_HOST}/v2/{name}-b/blobs/{layer['digest']}",
+                               timeout=30)
+            assert h.status_code == 200
+            assert int(h.headers["Content-Length"]) == layer["size"]
+        # The memory names a repository that never held the top layer: no mount, a send.
+        memory = push_wire._memory()
+        doc = _json.loads(memory.read_text())
+        top = image.attrs["RootFS"]["Layers"][-1]
+        doc[REGISTRY_HOST]["gzip"][top]["repos"] = [f"{name}-nowhere"]
+        memory.write_text(_json.dumps(doc))
+        third = push_to("c")
+        assert third.sent_layers == 1 and third.mounted_layers == first.sent_layers - 1
+        assert third.digest == first.digest
+    finally:
+        docker_client.images.remove(f"{name}:t", force=True)
+
+
+@pytest.mark.docker
 def test_a_layer_compressed_once_is_sent_again_from_the_blob_cache(docker_client, tmp_path,
                                                                    monkeypatch):
     """The second push of an image, to another repository, sends the bytes the first one
     compressed, from this machine's blob cache: no `docker save`, the same blobs and manifest.
     A cached blob whose bytes no longer match is dropped and compressed again; a limit of 0
-    turns the cache off."""
+    turns the cache off. Each push here forgets where the layers went before (another
+    registry, to the blob cache): where it remembers, the layers are mounted, not sent (the
+    test after this one)."""
     import os as _os
 
     from imgbuild.image import blobcache
@@ -348,6 +419,7 @@ def test_a_layer_compressed_once_is_sent_again_from_the_blob_cache(docker_client
     def push_to(suffix: str):
         repo = f"{REGISTRY_HOST}/{name}-{suffix}"
         image.tag(repo, "t")
+        push_wire._memory().unlink(missing_ok=True)  # no repository to mount from
         try:
             return push_wire.push(docker_client, f"{repo}:t", Repository.parse(repo), comp=gz)
         finally:

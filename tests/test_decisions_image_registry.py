@@ -195,6 +195,9 @@ def test_a_token_is_asked_for_the_scope_the_request_needs():
     assert distribution.token_query(params, None) == {"service": "reg",
                                                       "scope": "repository:a:pull"}
     assert distribution.token_query({"realm": "r"}, None) == {"service": ""}
+    # A mount: push on this repository, pull on the one the blob comes from; two parameters.
+    assert distribution.token_query(params, "repository:b:pull,push repository:a:pull") == \
+        {"service": "reg", "scope": ["repository:b:pull,push", "repository:a:pull"]}
 
 
 def test_a_refusal_says_what_was_asked_on_which_repository():

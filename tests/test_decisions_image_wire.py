@@ -194,6 +194,48 @@ def test_nothing_sent_writes_nothing_and_a_damaged_record_is_no_hint(cache):
     assert wire.pushed_before("r", GZIP) == {}
 
 
+def test_where_a_blob_went_is_remembered_latest_first_and_only_for_that_blob(cache):
+    wire.remember_pushed("r", GZIP, {IDS[0]: held(0), IDS[1]: held(1)}, "team/a")
+    wire.remember_pushed("r", GZIP, {IDS[0]: held(0)}, "team/b")
+    wire.remember_pushed("r", GZIP, {IDS[0]: held(0)}, "team/a")  # again: first, once
+    assert wire.mount_sources("r", GZIP) == {IDS[0]: ("team/a", "team/b"), IDS[1]: ("team/a",)}
+    assert wire.mount_sources("r", ZSTD) == {} and wire.mount_sources("s", GZIP) == {}
+    for n in range(6):
+        wire.remember_pushed("r", GZIP, {IDS[1]: held(1)}, f"r{n}")
+    assert wire.mount_sources("r", GZIP)[IDS[1]] == ("r5", "r4", "r3", "r2")  # the latest 4
+    # Another blob for the same layer (compressed again, other bytes): the repositories that
+    # held the old one are no source of the new.
+    wire.remember_pushed("r", GZIP, {IDS[1]: held(2)}, "team/c")
+    assert wire.mount_sources("r", GZIP)[IDS[1]] == ("team/c",)
+    assert wire.pushed_before("r", GZIP)[IDS[1]] == held(2)
+    # A record written before mounts (no repositories) is no source, and still a hint.
+    (cache / "pushed-layers.json").write_text(json.dumps(
+        {"r": {"gzip": {IDS[0]: {"digest": held(0).digest, "size": held(0).size}}}}))
+    assert wire.mount_sources("r", GZIP) == {IDS[0]: ()}
+    assert wire.pushed_before("r", GZIP) == {IDS[0]: held(0)}
+    wire.remember_pushed("r", GZIP, {IDS[0]: held(0)})  # no repository named: none added
+    assert wire.mount_sources("r", GZIP) == {IDS[0]: ()}
+
+
+def test_a_layer_is_mounted_only_from_another_repository_that_had_its_blob():
+    known = {IDS[0]: held(0), IDS[1]: held(1), IDS[2]: held(2)}
+    sources = {IDS[0]: ("team/a", "team/b"), IDS[1]: ("team/x",), IDS[3]: ("team/a",)}
+    got = wire.mounts_to_try([IDS[0], IDS[1], IDS[2], IDS[3]], known, sources, "team/a")
+    # IDS[0]: not from the target itself; IDS[2]: no source known; IDS[3]: no blob known.
+    assert got == [(IDS[0], held(0), ("team/b",)), (IDS[1], held(1), ("team/x",))]
+    assert wire.mounts_to_try([], known, sources, "team/c") == []
+    assert wire.mounts_to_try([IDS[0]], known, sources, "team/c") == \
+        [(IDS[0], held(0), ("team/a", "team/b"))]
+
+
+def test_only_a_201_for_that_blob_is_a_mount():
+    d = sha(b"blob-0")
+    assert wire.mount_took(201, d, d) and wire.mount_took(201, None, d)
+    assert not wire.mount_took(201, sha(b"other"), d)
+    assert not wire.mount_took(202, d, d)  # an upload opened instead
+    assert not wire.mount_took(404, None, d) and not wire.mount_took(401, None, d)
+
+
 # --- before the manifest is put ----------------------------------------------------------------
 
 def test_a_layer_found_rather_than_sent_is_asked_for_again():
@@ -211,6 +253,12 @@ def test_a_layer_found_rather_than_sent_is_asked_for_again():
     assert asked == [(sha(b"blob-0"), 100), (sha(b"blob-3"), 103)]  # only what was found
     assert got == [f"layer 3: the registry no longer holds {sha(b'blob-3')[:19]}… of 103 bytes"]
     assert wire.gone_layers(facts[1:3], lambda d, n: False) == []
+    # A mounted layer is the registry's too: asked for again as well.
+    mounted = [imagecheck.LayerFact(sha(b"blob-0"), 100, IDS[0], "mounted")]
+    assert wire.gone_layers(mounted, lambda d, n: False) == \
+        [f"layer 0: the registry no longer holds {sha(b'blob-0')[:19]}… of 100 bytes"]
+    assert wire.layers_of("i", [IDS[0]], {IDS[0]: held(0)}, {}, {IDS[0]: "mounted"}, None,
+                          None).mounted_layers == 1
 
 
 def test_a_content_tag_is_put_once_and_never_moved():

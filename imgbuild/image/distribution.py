@@ -88,12 +88,14 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 
-def token_query(params: dict[str, str], scope: str | None) -> dict[str, str]:
+def token_query(params: dict[str, str], scope: str | None) -> dict[str, str | list[str]]:
     """The token service's query for a Bearer challenge's `params`: its service, and the scope
     this request needs (else the one the challenge names; none where neither does)."""
-    query = {"service": params.get("service", "")}
+    query: dict[str, str | list[str]] = {"service": params.get("service", "")}
     if scope or params.get("scope"):
-        query["scope"] = scope or params["scope"]
+        # Several scopes (a mount: push here, pull there) are several `scope` parameters.
+        words = (scope or params["scope"]).split()
+        query["scope"] = words[0] if len(words) == 1 else words
     return query
 
 

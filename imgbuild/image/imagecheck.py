@@ -36,7 +36,9 @@ class LayerFact:
     digest: str
     size: int
     diff_id: str | None
-    how: str  # sent | cached | found (the registry held it) | registry (read by verify)
+    # sent | cached | found (the registry held it) | mounted (from another repository of the
+    # registry) | registry (read by verify)
+    how: str
 
 
 def config_problems(config: bytes) -> list[str]:

@@ -124,7 +124,35 @@ def pushed_before(host: str, comp: Compression) -> dict[str, Held]:
         return {}
 
 
-def remember_pushed(host: str, comp: Compression, sent: dict[str, Held]) -> None:
+MOUNT_SOURCES_KEPT = 4  # repositories remembered per blob, the latest first
+
+
+def mount_sources(host: str, comp: Compression) -> dict[str, tuple[str, ...]]:
+    """diff id -> the repositories of `host` this machine pushed its blob in `comp` to, or
+    found it held in, the latest first: where a push to another repository of the same
+    registry may mount it from instead of sending it (a hint, as pushed_before's)."""
+    try:
+        entries = json.loads(_memory().read_text())[host][comp.name]
+        return {d: tuple(str(r) for r in e.get("repos") or ()) for d, e in entries.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def remembered(entry: dict | None, h: Held, repo_path: str | None) -> dict:
+    """The memory's entry for a blob now in `repo_path`: its descriptor, and that repository
+    first among those it may be mounted from (earlier ones kept, up to MOUNT_SOURCES_KEPT)."""
+    before = [r for r in ((entry or {}).get("repos") or []) if isinstance(r, str)]
+    if (entry or {}).get("digest") not in (None, h.digest):
+        before = []  # another blob for this diff id: its repositories hold that one
+    repos = ([repo_path] if repo_path else []) + [r for r in before if r != repo_path]
+    return {"digest": h.digest, "size": h.size, "tar_size": h.tar_size,
+            "repos": repos[:MOUNT_SOURCES_KEPT]}
+
+
+def remember_pushed(host: str, comp: Compression, sent: dict[str, Held],
+                    repo_path: str | None = None) -> None:
+    """Keep what `sent` (diff id -> blob) now has in the registry: in repository `repo_path`
+    where given, which a later push to another repository may mount the blobs from."""
     if not sent:
         return
     try:
@@ -135,9 +163,25 @@ def remember_pushed(host: str, comp: Compression, sent: dict[str, Held]) -> None
         doc = {}
     mine = doc.setdefault(host, {}).setdefault(comp.name, {})
     for d, h in sent.items():
-        mine[d] = {"digest": h.digest, "size": h.size, "tar_size": h.tar_size}
+        old = mine.get(d)
+        mine[d] = remembered(old if isinstance(old, dict) else None, h, repo_path)
     _memory().parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(_memory(), json.dumps(doc))
+
+
+def mounts_to_try(needed: Iterable[str], known: dict[str, Held],
+                  sources: dict[str, tuple[str, ...]], target: str
+                  ) -> list[tuple[str, Held, tuple[str, ...]]]:
+    """(diff id, blob, repositories to mount it from) for each layer still to send whose blob
+    this machine knows and has put in another repository of the same registry: a mount costs
+    the registry a link, where a send costs reading, compressing and uploading the layer."""
+    out = []
+    for d in needed:
+        h = known.get(d)
+        froms = tuple(r for r in sources.get(d, ()) if r != target)
+        if h is not None and froms:
+            out.append((d, h, froms))
+    return out
 
 
 # --- the push ------------------------------------------------------------------------------
@@ -151,6 +195,7 @@ class Pushed:
     sent_layers: int
     reused_layers: int  # held by the registry already
     cached_layers: int = 0  # of those sent, how many from this machine's blob cache
+    mounted_layers: int = 0  # of those held, how many mounted from another repository
 
 
 class _Stream(io.RawIOBase):
@@ -197,7 +242,7 @@ def push(client, ref: str, repo, *, comp: Compression, hint_refs: Iterable[str] 
                           platform=platform, feed=moving.feed, config_wanted=True)
         digest, manifest = publish_manifest(repo, tag, got, ref=ref, immutable=immutable)
     return Pushed(digest, manifest, comp.name, got.sent_bytes, got.sent_layers,
-                  got.reused_layers, got.cached_layers)
+                  got.reused_layers, got.cached_layers, got.mounted_layers)
 
 
 def publish_manifest(repo, tag: str, got: Layers, *, ref: str,
@@ -251,13 +296,17 @@ class Layers:
     config_digest: str | None = None  # the config's (under the containerd store, not the id)
     facts: tuple[imagecheck.LayerFact, ...] = ()  # each layer as sent or found, in order
 
+    @property
+    def mounted_layers(self) -> int:
+        return sum(1 for f in self.facts if f.how == "mounted")
+
 
 def gone_layers(facts: Iterable[imagecheck.LayerFact],
                 registry_holds: Callable[[str, int], bool]) -> list[str]:
-    """The layers found in the registry rather than sent (`how` "found") that it no longer
-    holds at their size, asked again now, in words."""
+    """The layers found in the registry or mounted there rather than sent (`how` "found",
+    "mounted") that it no longer holds at their size, asked again now, in words."""
     return [f"layer {i}: the registry no longer holds {f.digest[:19]}… of {f.size} bytes"
-            for i, f in enumerate(facts) if f.how == "found"
+            for i, f in enumerate(facts) if f.how in ("found", "mounted")
             and not registry_holds(f.digest, f.size)]
 
 
@@ -277,6 +326,30 @@ def _held(repo, digest: str, size: int | None = None) -> bool:
     """Whether the registry holds blob `digest` (of `size` bytes, where given)."""
     r = repo.api.request("HEAD", f"{repo.path}/blobs/{digest}", scope=repo.scope("pull", "push"))
     return head_holds(r.status_code, r.headers.get("Content-Length"), size)
+
+
+def _mount(repo, h: Held, source: str) -> bool:
+    """Whether the registry mounted blob `h` from repository `source` into `repo` (201, and a
+    HEAD then shows it at its size). Any other answer is no mount, and the layer is sent: 202
+    (the registry opened an upload instead, which is cancelled), a refusal (no pull right on
+    `source`), an error."""
+    blobs = f"{repo.path}/blobs"
+    scope = f"{repo.scope('pull', 'push')} repository:{source}:pull"
+    try:
+        r = repo.api.request("POST", f"{blobs}/uploads/", scope=scope,
+                             params={"mount": h.digest, "from": source})
+        if r.status_code == 202 and r.headers.get("Location"):
+            repo.api.request("DELETE", r.headers["Location"], scope=scope)
+        return mount_took(r.status_code, r.headers.get("Docker-Content-Digest"), h.digest) \
+            and _held(repo, h.digest, h.size)
+    except EnvError:
+        return False
+
+
+def mount_took(status: int, said: str | None, digest: str) -> bool:
+    """Whether a mount request that answered `status` (and Docker-Content-Digest `said`)
+    mounted blob `digest`: 201 Created, for that blob where the registry names one."""
+    return status == 201 and (said is None or said == digest)
 
 
 def head_holds(status: int, said: str | None, size: int | None) -> bool:
@@ -299,13 +372,22 @@ def send_layers(client, ref: str, repo, *, comp: Compression, hint_refs: Iterabl
     img = client.images.get(ref)
     image_id = img.id
     diff_ids: list[str] = list(img.attrs["RootFS"]["Layers"])
-    known = pushed_before(repo.host or "", comp) | held_layers(repo, hint_refs, platform, comp)
+    before = pushed_before(repo.host or "", comp)
+    known = before | held_layers(repo, hint_refs, platform, comp)
     have, needed = layers_to_send(diff_ids, known, lambda h: _held(repo, h.digest, h.size))
     sent: dict[str, Held] = {}
     how: dict[str, str] = {}
     for d in dict.fromkeys(diff_ids):
         if d in have:
             feed({"id": d[7:19], "status": "Layer already exists"})
+    # Blobs this machine put in another repository of this registry: mounted from there, as
+    # Docker does (the registry links the blob it holds; nothing is read or sent).
+    for d, h, froms in mounts_to_try(needed, before, mount_sources(repo.host or "", comp),
+                                     repo.path):
+        if (src := next((f for f in froms if _mount(repo, h, f)), None)) is not None:
+            have[d], how[d] = h, "mounted"
+            needed.remove(d)
+            feed({"id": d[7:19], "status": f"Mounted from {src}"})
     # What this machine compressed before (image/blobcache.py): sent from there, with no
     # export from the Engine and no compression; the rest go through `docker save`.
     for d in list(needed):
@@ -360,7 +442,7 @@ def send_layers(client, ref: str, repo, *, comp: Compression, hint_refs: Iterabl
                                f"config {config_digest} lists "
                                f"{len(imagecheck.diff_ids(config))} diff ids"],
                         hint="nothing was tagged; rebuild the image (--rebuild)")
-    remember_pushed(repo.host or "", comp, sent)
+    remember_pushed(repo.host or "", comp, have | sent, repo.path)
     return layers_of(image_id, diff_ids, have, sent, how, config, config_digest)
 
 

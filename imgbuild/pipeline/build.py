@@ -82,6 +82,7 @@ class Published:
     reused_layers: int = 0  # layers the registry held already
     cached_layers: int = 0  # of those sent, from this machine's blob cache (not compressed again)
     build_cache: str | None = None  # the cache tag, when moved onto this image (cache_tag)
+    mounted_layers: int = 0  # of those held, mounted from another repository of the registry
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class Outcome:
             "push": None if p.compression is None else {
                 "compression": p.compression, "sent_bytes": p.sent_bytes,
                 "reused_layers": p.reused_layers, "cached_layers": p.cached_layers,
-                "build_cache": p.build_cache},
+                "mounted_layers": p.mounted_layers, "build_cache": p.build_cache},
             "build": None if b.build is None else {
                 "seconds": round(b.build.seconds, 1), "steps": b.build.steps,
                 "cached_steps": b.build.cached_steps,
@@ -460,7 +461,8 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                                       spliced.facts, ref=plan.ref(), immutable=True)
             got = spliced.pushed
             sent = wire.Pushed(digest, manifest, compression, got.sent_bytes, got.sent_layers,
-                               got.reused_layers + spliced.heavy_layers, got.cached_layers)
+                               got.reused_layers + spliced.heavy_layers, got.cached_layers,
+                               got.mounted_layers)
         else:
             sent = wire.push(client, plan.ref(), repo, comp=compression_named(compression),
                              hint_refs=plan.tags, platform=plan.platform, progress=progress,
@@ -472,7 +474,9 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                           f"{sent.sent_layers} layers sent ({human_bytes(sent.sent_bytes)}"
                           + (f"; {sent.cached_layers} from this machine's blob cache"
                              if sent.cached_layers else "")
-                          + f"), {sent.reused_layers} already in the registry")
+                          + f"), {sent.reused_layers} already in the registry"
+                          + (f" ({sent.mounted_layers} mounted from another repository)"
+                             if sent.mounted_layers else ""))
         # What this run made of this very image goes beside it: its smoke report (where the
         # gate ran here, not where it took the registry's), its SBOM and provenance; each only
         # where the registry lacks it. Nothing is said of another image under the same tag.
@@ -513,7 +517,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     return Published(tuple(pushed), tuple(moved), report_ref,
                      sent.compression if sent else None, sent.sent_bytes if sent else 0,
                      sent.reused_layers if sent else 0, sent.cached_layers if sent else 0,
-                     build_cache)
+                     build_cache, sent.mounted_layers if sent else 0)
 
 
 @dataclass(frozen=True)

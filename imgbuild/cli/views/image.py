@@ -48,7 +48,9 @@ def build(out: Output, o: Outcome) -> None:
         rows.append(("pushed", "\n".join(p.pushed)))
     if p.compression:
         rows.append(("layers", f"{p.compression}: {human_bytes(p.sent_bytes)} sent, "
-                               f"{p.reused_layers} already in the registry"))
+                               f"{p.reused_layers} already in the registry"
+                               + (f" ({p.mounted_layers} mounted from another repository)"
+                                  if p.mounted_layers else "")))
     kv(out.out, f"{o.plan.target}: {b.action}", rows)
 
 
