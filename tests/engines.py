@@ -165,8 +165,13 @@ def get(name: str) -> Engine:
 def group(name: str) -> str:
     """The xdist group of the tests on this Engine (tests/docker_guard.py): one worker each.
     The shared Engine's are in test_run's group: both serve tiny-cpu's model with
-    `imgbuild run`, and a second run of it on one Engine is refused while the first serves."""
-    return "engine-b" if name == SHARED else f"engines-{name}"
+    `imgbuild run`, and a second run of it on one Engine is refused while the first serves.
+    The two Engine 26 share one, the classic store's first (ENGINES' order): the containerd
+    store's first build reads the image the classic one pushed (--cache-from), instead of
+    building torch from nothing a second time (tests/test_engines.py)."""
+    if name == SHARED:
+        return "engine-b"
+    return "engines-26" if name in (CLASSIC, CONTAINERD) else f"engines-{name}"
 
 
 def params(names: tuple[str, ...] = ENGINES) -> list:

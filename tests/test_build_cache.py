@@ -103,6 +103,48 @@ def test_the_refs_a_build_reads_the_cache_of():
     assert cache_refs(plan, repo, BuildOptions("tiny-cpu", cache_from=False)) == ()
 
 
+def test_cache_from_adds_other_images_after_the_targets_own_and_never_to_a_splice():
+    """--cache-from REF: another repository's image (the release one, building for staging),
+    read after the target's own images, each once; with no --registry, alone. A splice takes
+    heavy blobs from the target's own repository only: the manifest it writes names them
+    there. --no-cache reads none; --no-cache-from with --cache-from is refused."""
+    from imgbuild.cli.args import cache_from_refs
+    from imgbuild.cli.parser import parser
+    from imgbuild.errors import InputError
+    from imgbuild.image.registry import Repository
+    from imgbuild.pipeline.build import BuildOptions, cache_refs, splice_refs
+    from imgbuild.plan.decide import make_plan
+
+    from .conftest import checkout_workspace
+
+    ws = checkout_workspace()
+    repo = Repository.parse("ghcr.io/acme/staging")
+    plan = make_plan(ws, "tiny-cpu", resolve=False, repository=repo.name)
+    other = "ghcr.io/acme/release:tiny-cpu"
+    own = (*plan.refs, plan.ref(plan.cache_tag))
+    opts = BuildOptions("tiny-cpu", registry=repo.name, push=True, smoke=False,
+                        cache_from_refs=(other, plan.refs[0], other))
+    assert cache_refs(plan, repo, opts) == (*own, other)
+    assert splice_refs(plan, repo, opts) == own
+    assert cache_refs(plan, Repository.parse("imgbuild"), opts) == (other, plan.refs[0])
+    assert cache_refs(plan, repo, BuildOptions("tiny-cpu", no_cache=True,
+                                               cache_from_refs=(other,))) == ()
+    args = parser().parse_args(["build", "tiny-cpu", "--cache-from", other,
+                                "--cache-from", "127.0.0.1:5000/x/y:t-1.0"])
+    assert cache_from_refs(args) == (other, "127.0.0.1:5000/x/y:t-1.0")
+    for bad, why in (("release:tiny-cpu", "no registry host"),
+                     ("ghcr.io/acme/release", "no tag"),
+                     ("127.0.0.1:5000/release", "no tag"),
+                     ("ghcr.io/Acme/release:t", "not a repository path"),
+                     ("ghcr.io/acme/release:-t", "not a tag")):
+        with pytest.raises(InputError) as e:
+            cache_from_refs(parser().parse_args(["build", "tiny-cpu", "--cache-from", bad]))
+        assert why in e.value.message and e.value.exit_code == 2, (bad, e.value.message)
+    with pytest.raises(InputError, match="opposite"):
+        cache_from_refs(parser().parse_args(["build", "tiny-cpu", "--cache-from", other,
+                                             "--no-cache-from"]))
+
+
 RECORDED = Path(__file__).parent / "fixtures" / "inline-cache"
 
 

@@ -10,7 +10,7 @@ from ..catalog.archs import gpu_named, parse_arch
 from ..catalog.targets import PLATFORMS
 from ..errors import InputError
 from ..fsutil import make_writable_dir
-from ..image.reference import parse_name
+from ..image.reference import parse_cache_ref, parse_name
 from ..workspace import Workspace
 
 
@@ -84,6 +84,19 @@ def platforms(args: argparse.Namespace) -> tuple[str, ...] | None:
                              hint="one of " + ", ".join(PLATFORMS))
         out.append(full)
     return tuple(dict.fromkeys(out)) or None
+
+
+def cache_from_refs(args: argparse.Namespace) -> tuple[str, ...]:
+    """--cache-from's images, each checked (HOST/REPO:TAG), in the order given."""
+    refs = tuple(getattr(args, "cache_from", None) or ())
+    if refs and getattr(args, "no_cache_from", False):
+        raise InputError("--cache-from and --no-cache-from ask for opposite things",
+                         facts=[f"--cache-from {refs[0]}", "--no-cache-from: reuse no image's "
+                                "layers from a registry"],
+                         hint="drop one of them")
+    for ref in refs:
+        parse_cache_ref(ref)
+    return refs
 
 
 def log_dir(args: argparse.Namespace) -> Path | None:

@@ -118,6 +118,10 @@ def parser() -> argparse.ArgumentParser:
                    help="do not reuse layers from this target's images in the --registry "
                         "(by default their inline cache is read: a fresh machine rebuilds "
                         "only what changed)")
+    s.add_argument("--cache-from", action="append", default=[], metavar="REF",
+                   help="also reuse the layers of image REF (HOST/REPO:TAG, its inline cache), "
+                        "after the target's own: another repository's, such as the release "
+                        "one when pushing to a staging one; repeatable")
     s.add_argument("--registry-cache", action="store_true",
                    help="on an Engine with the containerd image store, also write BuildKit's "
                         "registry build cache on --push (TARGET-buildcache-max, mode=max: every "

@@ -38,3 +38,30 @@ def parse_name(name: str) -> tuple[str | None, str]:
                          hint="e.g. --registry 127.0.0.1:5000/imgbuild or "
                               "--registry ghcr.io/acme/imgbuild")
     return host, path
+
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def parse_cache_ref(ref: str) -> tuple[str, str, str]:
+    """`HOST[:PORT]/PATH:TAG` -> (host, path, tag): an image in a registry whose layers a build
+    may reuse (--cache-from). Anything else is exit 2 with the reason."""
+    name, sep, tag = ref.rpartition(":")
+    why = None
+    if not sep or "/" in tag:
+        why = "it names no tag"
+    elif not _TAG.match(tag):
+        why = f"'{tag}' is not a tag"
+    if why is None:
+        try:
+            host, path = parse_name(name)
+        except InputError as e:
+            why = e.message.split(": ", 1)[1]
+        else:
+            if host is None:
+                why = "it names no registry host"
+    if why is not None:
+        raise InputError(f"--cache-from {ref!r} is not an image in a registry: {why}",
+                         hint="give HOST[:PORT]/REPO:TAG, e.g. "
+                              "--cache-from ghcr.io/acme/imgbuild:tiny-cpu")
+    return host, path, tag

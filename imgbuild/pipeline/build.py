@@ -55,6 +55,7 @@ class BuildOptions:
     platforms: tuple[str, ...] | None = None  # --platform: some of the target's (default all)
     no_cache: bool = False
     cache_from: bool = True  # reuse layers from this target's images in the registry
+    cache_from_refs: tuple[str, ...] = ()  # --cache-from: other images whose layers to reuse
     log_dir: Path | None = None
     resmoke: bool = False  # run the smoke test even if this image passed it before
     compression: str | None = None  # --compression; None: images/registries.yaml's rule
@@ -308,7 +309,18 @@ def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tup
     then the cache tag, which holds the newest image that carries the heavy steps' results
     (the previous image may not: image/inlinecache.py). A fresh CI runner has no BuildKit
     cache: without these, an engine-only bump (a new rest lock, the same heavy layer) would
-    rebuild torch and the CUDA wheels. A tag not there yet is skipped by BuildKit."""
+    rebuild torch and the CUDA wheels. A tag not there yet is skipped by BuildKit. Then the
+    images --cache-from names (another repository's: the release one, for a build pushed to a
+    staging one), after the target's own."""
+    own = own_cache_refs(plan, repo, opts)
+    if opts.no_cache or not opts.cache_from:
+        return own
+    return (*own, *(r for r in dict.fromkeys(opts.cache_from_refs) if r not in own))
+
+
+def own_cache_refs(plan: Plan, repo: registry.Repository,
+                   opts: BuildOptions) -> tuple[str, ...]:
+    """cache_refs without --cache-from's: the target's own images in its repository."""
     if repo.host is None or opts.no_cache or not opts.cache_from:
         return ()
     return (*plan.refs, plan.ref(plan.cache_tag))
@@ -321,13 +333,20 @@ def splice_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tu
     runs_here = opts.smoke and bool(plan.smoke_model)
     if not opts.push or not opts.splice or runs_here:
         return ()
-    return cache_refs(plan, repo, opts)
+    # The target's own only: a spliced manifest names the donor's heavy blobs, which must
+    # be in this repository already (--cache-from's may be in another).
+    return own_cache_refs(plan, repo, opts)
 
 
 def readable_cache(client, repo: registry.Repository, refs: tuple[str, ...]) -> tuple[str, ...]:
     """Of `refs`, those this Engine can unpack: an image in zstd (before Engine 23) is no cache
     for it, and BuildKit would fail the build on it rather than skip it."""
-    return tuple(r for r in refs if registry.engine_can_read(client, repo, r.rpartition(":")[2]))
+    def repo_of(ref: str) -> registry.Repository:
+        name = ref.rpartition(":")[0]
+        return repo if name == repo.name else registry.Repository.parse(name)
+
+    return tuple(r for r in refs
+                 if registry.engine_can_read(client, repo_of(r), r.rpartition(":")[2]))
 
 
 def earlier_report(plan: Plan, built: Built, client,

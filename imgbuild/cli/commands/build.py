@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from ...pipeline.build import BuildOptions, MultiOutcome, build_target
-from ..args import archs, log_dir, platforms, workspace
+from ..args import archs, cache_from_refs, log_dir, platforms, workspace
 from ..views import image as views
 
 
@@ -13,6 +13,7 @@ def run(args, out) -> int:
                         platforms=platforms(args),
                         rebuild=args.rebuild, smoke=not args.no_smoke, force=args.force,
                         no_cache=args.no_cache, cache_from=not args.no_cache_from,
+                        cache_from_refs=cache_from_refs(args),
                         resmoke=args.resmoke, compression=args.compression,
                         splice=not args.no_splice, registry_cache=args.registry_cache,
                         log_dir=logs)
