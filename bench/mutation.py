@@ -512,6 +512,15 @@ def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float 
                     f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
                     f'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-m", '
                     f'"{DESELECT_FOR.get(modules[0], DESELECT)}", "-k", "{K_MUTMUT}"]\n')
+        # What the tests find at their ROOT besides the files: a git checkout (they list its
+        # files with `git ls-files`) and the venv's entry points (they run
+        # .venv/bin/imgbuild). mutmut runs them in mutants/, which it fills without removing
+        # what is there. The venv is the working tree's (an editable install): a test that
+        # runs imgbuild in a subprocess runs the unmutated code, so it cannot kill a mutant,
+        # but it runs instead of failing the stats run.
+        (tree / "mutants").mkdir(exist_ok=True)
+        (tree / "mutants" / ".venv").symlink_to(ROOT / ".venv")
+        subprocess.run(["git", "init", "-q"], cwd=tree / "mutants", check=True)
         start = time.monotonic()
         p = subprocess.Popen([MUTMUT, "run", "--max-children", str(max_children)], cwd=tree,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
