@@ -644,10 +644,32 @@ def own_engine(tmp_path_factory):
     os_base = checkout_workspace().catalog.base("debian-bookworm")
     base.bootstrap(daemon.client(), os_base)
     docker = daemon.cli().path
+    cache = _pushed_from_the_shared_engine(proj)
     with fresh_engine.fresh_engine() as engine:
         subprocess.run(f"{docker} save {os_base.image} | {docker} -H {engine.host} load",
                        shell=True, check=True, capture_output=True)
-        yield engine, proj
+        yield engine, proj, cache
+
+
+def _pushed_from_the_shared_engine(proj: Path) -> tuple[str, ...]:
+    """`--cache-from` for the reruns below: the project's tiny-cpu built on the shared Engine
+    (whose BuildKit holds its steps) and pushed to a repository of these tests' own, so a
+    rerun on the fresh Engine takes torch's layer from the registry instead of installing it
+    (a minute of the suite's two cores each time). What the reruns check is that the build
+    lock and the Engine let the same build run again and complete; the interrupted builds
+    above them run with --no-cache. No registry: () and the reruns build from nothing."""
+    import uuid
+
+    from .conftest import REGISTRY_HOST, registry_available
+
+    if not registry_available():
+        return ()
+    repo = f"{REGISTRY_HOST}/imgbuild-test-hardening-{uuid.uuid4().hex[:8]}"
+    for args in (("base", "bootstrap", "--base", "debian-bookworm"),
+                 ("tiny-cpu", "--no-smoke", "--push")):
+        r = run_imgbuild(*args, "--registry", repo, "--json", cwd=proj)
+        assert r.returncode == 0, r.stderr[-2000:]
+    return ("--cache-from", json.loads(r.stdout)["content_tag"])
 
 
 def build_in_flight(engine, args: list[str], scratch: Path, cwd: Path) -> subprocess.Popen:
@@ -672,7 +694,7 @@ def build_in_flight(engine, args: list[str], scratch: Path, cwd: Path) -> subpro
 
 @pytest.mark.docker
 def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(own_engine, tmp_path):
-    engine, proj = own_engine
+    engine, proj, cache = own_engine
     client = engine.client()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -689,7 +711,7 @@ def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(own_engine, tmp
     assert not list(scratch.iterdir())  # the context and the secrets directory are gone
     assert local_id(client, "imgbuild:tiny-cpu") == before  # no tag moved
     # The build lock went with the process: the same build runs at once, and completes.
-    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900, cwd=proj,
+    again = run_imgbuild("tiny-cpu", "--no-smoke", *cache, timeout=900, cwd=proj,
                          env={"DOCKER_HOST": engine.host})
     assert again.returncode == 0, again.stderr[-2000:]
     assert "waiting for" not in again.stderr
@@ -697,7 +719,7 @@ def test_sigterm_during_a_build_ends_it_and_frees_the_build_lock(own_engine, tmp
 
 @pytest.mark.docker
 def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(own_engine, tmp_path):
-    engine, proj = own_engine
+    engine, proj, cache = own_engine
     client = engine.client()
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -712,7 +734,7 @@ def test_dockerd_restarted_during_a_build_is_exit_3_and_a_rerun_completes(own_en
     assert p.returncode == 3 and "Traceback" not in err, (out + err)[-3000:]
     assert not list(scratch.iterdir())
     assert local_id(engine.client(), "imgbuild:tiny-cpu") == before
-    again = run_imgbuild("tiny-cpu", "--no-smoke", timeout=900, cwd=proj,
+    again = run_imgbuild("tiny-cpu", "--no-smoke", *cache, timeout=900, cwd=proj,
                          env={"DOCKER_HOST": engine.host})
     assert again.returncode == 0, again.stderr[-2000:]
 
