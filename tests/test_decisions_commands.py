@@ -1,0 +1,281 @@
+"""Decision tests for each command of imgbuild/cli/commands/, in this process (so mutation
+testing and coverage see them): what a command refuses before any work, which stage it hands
+the arguments to, and which exit code it returns for what that stage reports. Nothing here
+needs a Docker Engine, a registry or the network: the Engine-driving commands are run against
+a socket where no daemon answers, which is itself one of their decisions (exit 3, said first).
+
+The commands run end to end on a real Engine in tests/test_installed.py (every command from an
+empty directory), tests/test_docker.py and tests/test_engines.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imgbuild.cli.main import main
+from imgbuild.cli.parser import COMMANDS
+
+from .conftest import ROOT
+
+NO_DAEMON = "unix:///nonexistent/imgbuild-test.sock"
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def err_json(capsys, *argv: str) -> tuple[int, dict]:
+    code, out, _ = run(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+@pytest.fixture
+def no_daemon(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
+
+
+def test_every_command_module_is_covered_here():
+    """A command added tomorrow gets its decision test in this file too."""
+    here = Path(__file__).read_text()
+    missing = [c for c, m in COMMANDS.items() if f"# command: {m}" not in here]
+    assert missing == []
+
+
+# command: verify
+
+@pytest.mark.parametrize("ref, said", [
+    ("tiny-cpu", "tiny-cpu: expected HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@DIGEST"),
+    ("127.0.0.1:5000/x:a/b", "expected HOST[:PORT]/REPO:TAG"),
+    ("imgbuild:tiny", "imgbuild:tiny names no registry host"),
+    ("imgbuild@sha256:" + "0" * 64, "names no registry host"),
+])
+def test_verify_refuses_what_names_no_registry_copy(capsys, ref, said):
+    code, doc = err_json(capsys, "verify", ref)
+    assert code == 2 and doc["error"] == "InputError" and said in doc["message"]
+
+
+# command: doctor
+
+def test_doctor_reads_a_log_or_the_host_never_both_and_needs_one(capsys, tmp_path):
+    code, doc = err_json(capsys, "doctor", "--host", str(tmp_path / "x.log"))
+    assert code == 2 and doc["message"] == "doctor reads a log or this host, not both at once"
+    assert doc["facts"] == [f"given: {tmp_path / 'x.log'} and --host"]
+    code, doc = err_json(capsys, "doctor", "--host", "--engine", "vllm")
+    assert code == 2 and doc["facts"] == ["given: --engine vllm and --host"]
+    code, doc = err_json(capsys, "doctor")
+    assert code == 2 and "needs a LOGFILE" in doc["message"]
+
+
+def test_doctor_returns_the_reports_exit_code(capsys, tmp_path):
+    code, out, _ = run(capsys, "doctor", str(CORPUS / "vllm-19853-no-scheme.log"))
+    assert code == 1 and "vllm-no-compatible-scheme" in out
+    quiet = tmp_path / "ok.log"
+    quiet.write_text("INFO: server started\nINFO: 200 OK\n")
+    code, out, _ = run(capsys, "doctor", str(quiet))
+    assert code == 0
+
+
+def test_doctor_host_is_the_environment_when_no_daemon_answers(capsys, no_daemon):
+    code, doc = err_json(capsys, "doctor", "--host")
+    assert code == 3
+
+
+# command: report
+
+def test_report_needs_a_page_or_json_and_a_named_directory(capsys):
+    code, _, err = run(capsys, "report")
+    assert code == 2 and "neither was asked for" in err
+    code, _, err = run(capsys, "report", "--html", "  ")
+    assert code == 2 and "--html is empty" in err
+    code, _, err = run(capsys, "report", "--html", "out", "--registry", "Bad Name!")
+    assert code == 2 and "Traceback" not in err
+
+
+# command: run
+
+@pytest.mark.parametrize("argv, said", [
+    (["--emit", "yaml", "out"], "--emit yaml: not a format imgbuild writes"),
+    (["--port", "0"], "--port 0: not a TCP port"),
+    (["--port", "65536"], "--port 65536: not a TCP port"),
+    (["--timeout", "0"], "--timeout 0.0: not a duration"),
+    (["--timeout", "-5"], "--timeout -5.0: not a duration"),
+])
+def test_run_refuses_bad_arguments_before_anything_starts(capsys, no_daemon, argv, said):
+    code, doc = err_json(capsys, "run", "tiny-cpu", *argv)
+    assert code == 2 and doc["message"] == said
+
+
+def test_run_takes_the_edges_of_the_port_range(capsys, no_daemon, tmp_path):
+    # 1 and 65535 are ports: the command goes on to the stage, which writes the compose file
+    # without asking an Engine.
+    for port in ("1", "65535"):
+        code, out, err = run(capsys, "run", "tiny-cpu", "--port", port, "--emit", "compose",
+                             str(tmp_path / port))
+        assert code == 0, err
+        assert f"{port}:" in (tmp_path / port / "compose.yaml").read_text()
+
+
+# command: index
+
+def test_index_needs_targets_and_each_must_be_multi_platform(capsys):
+    code, doc = err_json(capsys, "index", "--registry", "127.0.0.1:5000/x")
+    assert code == 2 and doc["message"] == "name the targets whose index to assemble, or --all"
+    assert doc["facts"] == ["multi-platform targets: tiny-cpu-multi"]
+    code, doc = err_json(capsys, "index", "tiny-cpu", "--registry", "127.0.0.1:5000/x")
+    assert code == 2 and doc["message"] == \
+        "target 'tiny-cpu' names one platform: its image is its own tag"
+
+
+# command: pull
+
+def test_pull_takes_one_platform(capsys):
+    code, doc = err_json(capsys, "pull", "tiny-cpu-multi", "--registry", "127.0.0.1:5000/x",
+                         "--platform", "linux/amd64,linux/arm64")
+    assert code == 2 and doc["message"] == "pull takes one --platform"
+    assert doc["facts"] == ["asked for linux/amd64, linux/arm64"]
+
+
+# command: check_model
+
+def test_check_model_needs_a_target_to_check_against(capsys):
+    code, doc = err_json(capsys, "check-model", "some/model")
+    assert code == 2 and "needs the target whose engine to check against" in doc["message"]
+
+
+# command: build
+
+def test_build_checks_its_log_dir_before_any_work(capsys, no_daemon, tmp_path):
+    code, doc = err_json(capsys, "tiny-cpu", "--log-dir", "")
+    assert code == 2 and doc["message"] == "--log-dir is empty"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, doc = err_json(capsys, "tiny-cpu", "--log-dir", str(blocker))
+    assert code == 2 and doc["message"].endswith("it is a file, not a directory")
+    code, doc = err_json(capsys, "tiny-cpu", "--log-dir", str(blocker / "below"))
+    assert code == 2 and "a part of the path is a file" in doc["message"]
+    assert doc["facts"] == ["nothing was built"]
+
+
+def test_build_with_a_good_log_dir_reaches_the_engine(capsys, no_daemon, tmp_path):
+    code, doc = err_json(capsys, "tiny-cpu", "--log-dir", str(tmp_path / "new" / "logs"))
+    assert code == 3 and (tmp_path / "new" / "logs").is_dir()
+
+
+# command: smoke_model
+
+def test_smoke_model_checks_its_log_dir_first(capsys, tmp_path):
+    f = tmp_path / "f"
+    f.write_text("")
+    code, doc = err_json(capsys, "smoke-model", "tiny-nvfp4", "--log-dir", str(f))
+    assert code == 2 and doc["facts"] == ["nothing was built"]
+
+
+# command: size
+# command: smoke
+# command: base
+
+@pytest.mark.parametrize("argv", [["size", "img"], ["smoke", "img"],
+                                  ["base", "bootstrap", "--registry", "127.0.0.1:5000/x"]])
+def test_engine_commands_say_no_daemon_first(capsys, no_daemon, argv):
+    code, doc = err_json(capsys, *argv)
+    assert code == 3 and doc["error"] == "EnvError"
+    assert doc["message"] == f"no Docker daemon answers at {NO_DAEMON}"
+
+
+# command: list
+# command: version
+
+def test_list_and_version_read_the_catalog(capsys):
+    code, out, _ = run(capsys, "list", "--json")
+    targets = json.loads(out)["targets"]
+    assert code == 0 and "tiny-cpu" in targets and targets["tiny-cpu"]["engine"]
+    code, out, _ = run(capsys, "version", "--json")
+    info = json.loads(out)
+    shipped = [p for p in (ROOT / "images").glob("*.yaml")
+               if p.name not in ("bases.yaml", "cuda.yaml", "gpus.yaml", "prune.yaml",
+                                 "registries.yaml")]
+    assert code == 0 and info["catalog"]["targets"] == len(shipped)
+    assert info["catalog"]["model_profiles"] == len(list((ROOT / "images/models").glob("*.yaml")))
+
+
+# command: plan
+
+def test_plan_of_a_multi_platform_target_is_an_index_plan_unless_one_platform(capsys):
+    code, out, _ = run(capsys, "plan", "tiny-cpu-multi", "--no-checks", "--json")
+    doc = json.loads(out)
+    assert code == 0 and "platforms" in doc and len(doc["platforms"]) == 2
+    code, out, _ = run(capsys, "plan", "tiny-cpu-multi", "--no-checks", "--json",
+                       "--platform", "linux/arm64")
+    one = json.loads(out)
+    assert code == 0 and one["platform"] == "linux/arm64" and "platforms" not in one
+
+
+def test_plan_notes_a_shadowed_target_for_people_only(capsys, tmp_path, monkeypatch):
+    from .test_project import project
+
+    proj = project(tmp_path / "p", {"images/tiny-cpu.yaml": "extends: tiny-cpu\n"})
+    monkeypatch.chdir(proj)
+    code, _, err = run(capsys, "plan", "tiny-cpu", "--no-checks")
+    assert "note" in err and "tiny-cpu" in err
+    code, out, err = run(capsys, "plan", "tiny-cpu", "--no-checks", "--json")
+    assert "note" not in err and json.loads(out)["target"] == "tiny-cpu"
+
+
+# command: patches
+
+def test_patches_lists_without_checking(capsys):
+    code, out, _ = run(capsys, "patches", "sglang-0516-blackwell", "--json")
+    assert code == 0 and json.loads(out)
+
+
+# command: matrix
+
+def test_matrix_lists_a_job_per_target(capsys):
+    code, out, _ = run(capsys, "matrix", "--format", "json")
+    jobs = json.loads(out)["jobs"]
+    assert code == 0 and "tiny-cpu" in {j["target"] for j in jobs}
+
+
+# command: preflight
+
+def test_preflight_returns_the_reports_exit_code(capsys, tmp_path):
+    # No nvidia-smi here: the GPU checks are skipped, never passed; the report's exit code is
+    # the command's.
+    code, out, _ = run(capsys, "preflight", "sglang-blackwell", "--model", "k2.6", "--json",
+                       "--nvidia-smi", str(tmp_path / "nvidia-smi"))
+    doc = json.loads(out)
+    statuses = {v["check"]: v["status"] for v in doc["verdicts"]}
+    assert statuses["nvidia-smi"] == "skip" and statuses["cpu"] == "pass"
+    failed = [c for c, s in statuses.items() if s == "fail"]
+    assert doc["ok"] is (not failed) and code == (1 if failed else 0), statuses
+
+
+# command: init
+
+def test_init_writes_a_project_and_refuses_a_reserved_name(capsys, tmp_path):
+    code, _, err = run(capsys, "init", str(tmp_path / "a"), "--extends", "tiny-cpu")
+    assert code == 0, err
+    assert (tmp_path / "a" / "imgbuild.yaml").is_file()
+    code, doc = err_json(capsys, "init", str(tmp_path / "b"), "--extends", "tiny-cpu",
+                         "--name", "run")
+    assert code == 2 and not (tmp_path / "b").exists()
+
+
+# command: lock
+# command: relock
+# command: outdated
+# command: check_deps
+# These ask an index (uv, PyPI) for what they report: their decisions are the stages'
+# (tests/test_lock.py, tests/test_outdated.py, tests/test_cli_lock.py). The command's own is
+# which targets it hands on, and an unknown one is refused before any resolution.
+
+@pytest.mark.parametrize("argv", [["lock", "no-such"], ["relock", "no-such", "--upgrade", "sglang"],
+                                  ["outdated", "no-such"], ["check-deps", "no-such"]])
+def test_index_commands_refuse_an_unknown_target_before_resolving(capsys, argv):
+    code, doc = err_json(capsys, *argv)
+    assert code == 2 and "no-such" in doc["message"]
