@@ -1,0 +1,101 @@
+"""Decision tests for what the command line's views claim (imgbuild/cli/views/): the next steps
+`init` prints, the one-line matrix CI reads, a pull's smoke row (passed, failed, forced, none),
+the sizes a report rounds. Plain data in, text out: no Engine, no registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imgbuild.cli.console import make_output
+from imgbuild.cli.views import ci as ci_views
+from imgbuild.cli.views import image as image_views
+from imgbuild.cli.views import project as project_views
+from imgbuild.pipeline.pull import PullOutcome
+from imgbuild.plan.decide import make_plan
+from imgbuild.project import ProjectSpec, Written
+from imgbuild.workspace import Workspace
+
+
+def spec(root: Path, *, placeholder: bool = False, size_known: bool = True) -> ProjectSpec:
+    return ProjectSpec(root=root, name="my-tiny", extends="tiny-cpu", alias="my-model",
+                       model_name="My Model", checkpoint="org/model", placeholder=placeholder,
+                       size_gb=1.0, size_known=size_known, tensor_parallel=1,
+                       pin_example="six==1.16.0", arch_example="sm100")
+
+
+# ------------------------------------------------------------------------------------------------
+# init's next steps
+# ------------------------------------------------------------------------------------------------
+
+
+def test_init_next_steps_cd_only_when_elsewhere_and_edit_only_a_placeholder(tmp_path):
+    here = Written(tmp_path, ("imgbuild.yaml",), spec(tmp_path))
+    assert project_views.next_steps(here, tmp_path) == [
+        "imgbuild lock my-tiny", "imgbuild plan my-tiny",
+        "git add . && git commit (the locks too: CI builds what is committed)"]
+    away = Written(tmp_path / "new dir", ("imgbuild.yaml",), spec(tmp_path / "new dir",
+                                                                  placeholder=True))
+    steps = project_views.next_steps(away, tmp_path)
+    assert steps[0] == "cd 'new dir'"  # quoted: pasted into a shell as it is
+    assert steps[1] == "edit images/models/my-model.yaml (checkpoint, size_gb)"
+    unknown = Written(tmp_path, (), spec(tmp_path, size_known=False))
+    assert project_views.next_steps(unknown, tmp_path)[0].startswith("edit images/models/")
+
+
+# ------------------------------------------------------------------------------------------------
+# matrix: what CI reads
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt, one_line", [("github", True), ("json", False)])
+def test_the_matrix_for_github_is_one_line_and_json_either_way(capsys, fmt, one_line):
+    doc = {"jobs": [{"target": "tiny-cpu"}], "include": [1, 2]}
+    ci_views.matrix(make_output(False), doc, fmt)
+    text = capsys.readouterr().out
+    assert json.loads(text) == doc
+    assert (text.count("\n") == 1) is one_line
+    # --json changes nothing: the matrix is JSON already.
+    ci_views.matrix(make_output(True), doc, fmt)
+    assert capsys.readouterr().out == text
+
+
+# ------------------------------------------------------------------------------------------------
+# pull: the smoke row never claims more than the registry's report says
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan(Workspace.open(None, None, None), "tiny-cpu", resolve=False,
+                     repository="127.0.0.1:5000/imgbuild")
+
+
+STAGES = [{"name": "environment", "status": "pass"}, {"name": "checkpoint-cpu",
+                                                      "status": "fail"}]
+
+
+@pytest.mark.parametrize("report, said", [
+    (None, "no smoke report stored for this digest: moving tags not set"),
+    ({"ok": True, "stages": STAGES[:1]}, "passed; environment pass"),
+    ({"ok": False, "stages": STAGES}, "FAILED; environment pass, checkpoint-cpu fail"),
+    ({"ok": False, "forced": True, "stages": STAGES},
+     "FAILED (tags moved with --force); environment pass, checkpoint-cpu fail"),
+])
+def test_a_pulls_smoke_row_says_what_the_report_says(capsys, plan, report, said):
+    o = PullOutcome(plan=plan, ref=plan.ref(), digest="sha256:" + "a" * 64,
+                    registry_digest="sha256:" + "a" * 64, report=report,
+                    platform="linux/amd64", platform_why="the target's only platform")
+    image_views.pull(make_output(False), o)
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"smoke {said}" in text
+    image_views.pull(make_output(True), o)
+    assert json.loads(capsys.readouterr().out)["smoke_report"] == report
+
+
+@pytest.mark.parametrize("n, said", [(99_999_999, "100.0 MB"), (100_000_000, "0.10 GB"),
+                                     (1_234_000_000, "1.23 GB"), (0, "0.0 MB")])
+def test_sizes_switch_to_gigabytes_at_a_tenth_of_one(n, said):
+    assert image_views._gb(n) == said
