@@ -73,6 +73,38 @@ class ModelSources:
 
 
 @dataclass(frozen=True)
+class WriteDir:
+    """A directory written at run time: the variable that names it, else its default ("~/x"
+    under HOME, "{VAR}/x" under another entry's directory, or an absolute path)."""
+
+    env: str
+    default: str
+    engines: tuple[str, ...] = ()  # empty: every engine
+
+    def for_engine(self, engine: str) -> bool:
+        return not self.engines or engine in self.engines
+
+
+@dataclass(frozen=True)
+class Writable:
+    """Where a serving container writes: the tmpfs mounts of a read-only run (each with exec)
+    and every directory the engines write."""
+
+    tmpfs: tuple[str, ...]
+    dirs: tuple[WriteDir, ...]
+
+
+@dataclass(frozen=True)
+class Rdma:
+    """A multi-node server over InfiniBand / RoCE: the device plugin's resource, the
+    capabilities verbs need, and the NCCL variables' defaults ("" leaves one unset)."""
+
+    resource: str
+    capabilities: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class LaunchTable:
     engines: dict[str, EngineLaunch] = field(hash=False)
     models: ModelSources
@@ -80,6 +112,12 @@ class LaunchTable:
     # The directory a relative local checkpoint is read from: the one that holds the top
     # layer's images/ (catalog/checkpoints.py checkpoint_dir does the same).
     project_root: Path | None = None
+    writable: Writable = Writable(("/tmp",), (WriteDir("HOME", "~"),))
+    gke_env: tuple[tuple[str, str], ...] = ()  # set on the engine container on GKE (--gke)
+    rdma: Rdma = Rdma("rdma/ib", ("IPC_LOCK",), ())
+
+    def write_dirs(self, engine: str) -> tuple[WriteDir, ...]:
+        return tuple(d for d in self.writable.dirs if d.for_engine(engine))
 
     def engine(self, name: str) -> EngineLaunch:
         if name not in self.engines:
@@ -236,6 +274,78 @@ def _models(doc: Doc) -> ModelSources:
                         _path(md, "smoke_model"))
 
 
+def _env_map(doc: Doc, key: str) -> tuple[tuple[str, str], ...]:
+    ed = doc.sub(key, doc.get(key, dict, {}))
+    out = []
+    for k in ed.data:
+        if not ENV_NAME.match(str(k)):
+            raise SpecError(doc.path, ed.key(str(k)), "an environment variable name", k)
+        v = ed.data[k]
+        if v is None:
+            v = ""
+        if not isinstance(v, str):
+            raise SpecError(doc.path, ed.key(str(k)), "a string in quotes", v)
+        out.append((str(k), v))
+    return tuple(out)
+
+
+# A default's reference to another directory's variable: {XDG_CACHE_HOME}/vllm.
+_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _writable(doc: Doc) -> Writable:
+    wd = doc.sub("writable", doc.get("writable", dict))
+    wd.reject_unknown({"tmpfs", "dirs"})
+    tmpfs = wd.str_list("tmpfs")
+    for i, t in enumerate(tmpfs):
+        if not t.startswith("/") or ":" in t or any(c.isspace() for c in t):
+            raise SpecError(doc.path, f"{wd.key('tmpfs')}[{i}]", "an absolute path in the "
+                            "container, no options (imgbuild adds rw,exec,nosuid,nodev)", t)
+    raw = wd.get("dirs", list)
+    dirs: list[WriteDir] = []
+    for i, item in enumerate(raw):
+        dd = wd.sub(f"dirs[{i}]", item)
+        dd.reject_unknown({"env", "default", "engines"})
+        env = dd.get("env", str)
+        if not ENV_NAME.match(env):
+            raise SpecError(doc.path, dd.key("env"), "an environment variable name", env)
+        default = dd.get("default", str, what="~/PATH, {VAR}/PATH or an absolute path")
+        refs = _REF.findall(default)
+        known = {d.env for d in dirs}
+        if not (default == "~" or default.startswith(("~/", "/")) or default.startswith("{")):
+            raise SpecError(doc.path, dd.key("default"), "~/PATH, {VAR}/PATH or an absolute "
+                            "path", default)
+        if default.startswith("{") and refs[0] not in known:
+            # Resolved in order: an entry names only a directory listed above it.
+            raise SpecError(doc.path, dd.key("default"), "a {VAR} that an entry above names ("
+                            + ", ".join(sorted(known)) + ")", default)
+        engines = dd.str_list("engines")
+        for j, e in enumerate(engines):
+            if e not in ENGINES:
+                raise SpecError(doc.path, f"{dd.key('engines')}[{j}]", "an engine: "
+                                + ", ".join(ENGINES), e)
+        dirs.append(WriteDir(env, default, engines))
+    if not dirs or dirs[0].env != "HOME":
+        raise SpecError(doc.path, wd.key("dirs"), "HOME first (the others default under it)",
+                        [d.env for d in dirs][:1])
+    return Writable(tmpfs, tuple(dirs))
+
+
+def _rdma(doc: Doc) -> Rdma:
+    rd = doc.sub("rdma", doc.get("rdma", dict))
+    rd.reject_unknown({"resource", "capabilities", "env"})
+    res = rd.get("resource", str)
+    if not re.fullmatch(r"[a-z0-9.-]+/[A-Za-z0-9._-]+", res):
+        raise SpecError(doc.path, rd.key("resource"), "an extended resource name, "
+                        "DOMAIN/NAME (rdma/ib)", res)
+    caps = rd.str_list("capabilities")
+    for i, c in enumerate(caps):
+        if not re.fullmatch(r"[A-Z_]+", c) or c.startswith("CAP_"):
+            raise SpecError(doc.path, f"{rd.key('capabilities')}[{i}]", "a capability as "
+                            "Kubernetes names it, without CAP_ (IPC_LOCK)", c)
+    return Rdma(res, caps, _env_map(rd, "env"))
+
+
 def load_launch(images: Path | Sequence[Path]) -> LaunchTable:
     """Read and validate the launch table: with several images/ directories (lowest layer
     first), the highest one that has the file is read, whole (like images/checks/engines.yaml).
@@ -246,7 +356,7 @@ def load_launch(images: Path | Sequence[Path]) -> LaunchTable:
     top = next((d for d in reversed(layers) if any((d / n).is_file() for n in LAUNCH_FILES)),
                layers[0])
     doc = read_table(top, LAUNCH_FILES, "launch table")
-    doc.reject_unknown({"engines", "models"})
+    doc.reject_unknown({"engines", "models", "writable", "gke", "rdma"})
     eng_doc = doc.sub("engines", doc.get("engines", dict))
     engines: dict[str, EngineLaunch] = {}
     for name in eng_doc.data:
@@ -260,4 +370,7 @@ def load_launch(images: Path | Sequence[Path]) -> LaunchTable:
                             "target can name: " + ", ".join(ENGINES), "(missing)",
                             hint=f"add engines.{name} to {doc.path} (command, port, health, "
                                  "models, phases, gpus, startup_timeout_s)")
-    return LaunchTable(engines, _models(doc), doc.path, layers[-1].parent)
+    gke = doc.sub("gke", doc.get("gke", dict))
+    gke.reject_unknown({"env"})
+    return LaunchTable(engines, _models(doc), doc.path, layers[-1].parent,
+                       writable=_writable(doc), gke_env=_env_map(gke, "env"), rdma=_rdma(doc))

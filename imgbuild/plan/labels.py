@@ -13,6 +13,10 @@ LABEL_NS = "io.imgbuild"
 # Any user: the HOME every cache and JIT directory defaults under, and where a container writes
 # (/tmp, a tmpfs or emptyDir; and the model cache, HF_HOME, where it is mounted).
 RUN_HOME = "/tmp/home"
+# What the image sets for it (plan/render.py writes it as one ENV line): USER answers getpass
+# for a UID with no passwd entry. Where the caches resolve (plan/launch.py write_targets).
+RUN_ENV = (("HOME", RUN_HOME), ("XDG_CACHE_HOME", f"{RUN_HOME}/.cache"), ("USER", "imgbuild"),
+           ("LOGNAME", "imgbuild"))
 WRITABLE = ("/tmp", "HF_HOME")  # a path, or the variable naming one (no $: LABEL expands it)
 ANY_USER = "1000770000:0"  # what the smoke test runs as: a UID with no passwd entry, group 0
 # The labels preflight reads back from a built image.

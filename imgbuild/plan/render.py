@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import payload
 from ..payload.preflight import ENTRYPOINT_SH
-from .labels import RUN_HOME, facts_from_labels
+from .labels import RUN_ENV, facts_from_labels
 from .patchset import apply_command
 from .plan import Plan
 
@@ -231,7 +231,7 @@ def dockerfile(plan: Plan, *, with_heavy: bool = True, rest: str = "install") ->
         "# to under ~ (Triton, FlashInfer, DeepGEMM, TVM, CUDA's), is under /tmp, the one place\n"
         "# written besides the model cache; USER answers getpass for a UID with no passwd entry\n"
         "# (torch's inductor asks). Metadata only, like the labels: it rebuilds no layer.\n",
-        f"ENV HOME={RUN_HOME} XDG_CACHE_HOME={RUN_HOME}/.cache USER=imgbuild LOGNAME=imgbuild\n",
+        "ENV " + " ".join(f"{k}={v}" for k, v in RUN_ENV) + "\n",
         "# Labels last: metadata only, so changing one rebuilds nothing above.\n",
         f"LABEL {labels}\n",
         "# The host preflight runs before the server (IMGBUILD_PREFLIGHT=0 skips it).\n",
