@@ -173,6 +173,36 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--model-dir", "--model-cache", dest="model_cache",
                    help="the host's model cache to mount, where the model is or will be "
                         "downloaded (default: HF_HOME, else ~/.cache/huggingface)")
+    s.add_argument("--read-only", action="store_true",
+                   help="a read-only root filesystem (also --emit compose), with /tmp a tmpfs "
+                        "mounted exec (the engines' JIT kernels load from it); refused (exit 2, "
+                        "nothing started) when a directory the server writes (HOME, the JIT "
+                        "and model caches: images/checks/launch.yaml writable) would be "
+                        "read-only. --emit k8s always has a read-only root")
+    s.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a variable in the server's container (repeatable; also in "
+                        "--dry-run and --emit)")
+    s.add_argument("--gke", action="store_true",
+                   help="with --emit k8s: for Google Kubernetes Engine's GPU nodes, "
+                        "LD_LIBRARY_PATH names the node driver's libraries "
+                        "(/usr/local/nvidia/lib64)")
+    s.add_argument("--rdma", action="store_true",
+                   help="with --emit k8s, a LeaderWorkerSet: the nodes talk over InfiniBand "
+                        "or RoCE: the RDMA device plugin's resource, IPC_LOCK, and NCCL's "
+                        "variables (the cluster must run an RDMA device plugin, or the NVIDIA "
+                        "Network Operator)")
+    s.add_argument("--rdma-resource", metavar="NAME",
+                   help="with --rdma: the resource the cluster's RDMA device plugin advertises "
+                        "(default: rdma/ib)")
+    s.add_argument("--nccl-ib-hca", metavar="HCAS",
+                   help="with --rdma: NCCL_IB_HCA, the nodes' HCAs (default mlx5: every "
+                        "mlx5_* port)")
+    s.add_argument("--nccl-ib-gid-index", metavar="N",
+                   help="with --rdma: NCCL_IB_GID_INDEX, RoCE's GID index on the nodes "
+                        "(`show_gids`; default: unset, NCCL picks)")
+    s.add_argument("--nccl-socket-ifname", metavar="IFACE",
+                   help="with --rdma: NCCL_SOCKET_IFNAME, the pod's interface for NCCL's "
+                        "bootstrap (default eth0)")
     s = sub.add_parser("index", parents=[common],
                        help="assemble a multi-platform target's OCI image index from its pushed "
                             "platform images, then move its tags onto it")

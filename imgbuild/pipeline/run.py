@@ -21,11 +21,13 @@ from ..checks.doctor import Diagnosis, diagnose, to_dict
 from ..errors import EXIT_FAILED, EXIT_OK, InputError, JobFailed
 from ..image import daemon
 from ..image import launch as container
+from ..image import toolkit
 from ..image.base import host_platform
 from ..payload import preflight as host_checks
 from ..plan.decide import make_plan
 from ..plan.fit import FitReport, fit_targets
-from ..plan.launch import Launch, emit_compose, emit_k8s, launch_for
+from ..plan.launch import (Cluster, Launch, emit_compose, emit_k8s, launch_for, read_only,
+                           refuse_unwritable, with_env)
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
 from .pull import pull_target
@@ -132,6 +134,8 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
         emit: tuple[str, Path] | None = None, gpus_per_node: int = 8, keep: bool = False,
         detach: bool = False, preflight: bool = True, timeout_s: float = 1800,
         nvidia_smi: str | None = None, model_cache: Path | None = None,
+        read_only_root: bool = False, env: tuple[tuple[str, str], ...] = (),
+        cluster: Cluster = Cluster(),
         on_ready: Callable[[RunReport], None] = lambda _r: None,
         progress: Progress = SILENT) -> RunReport:
     # This host is read unless nothing will start on it and the target is given: a model
@@ -152,12 +156,19 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
     # One cache for both: the one the host check measures is the one the container mounts.
     launch = launch_for(plan, profile, ws.launch, host_port=port,
                         model_cache=model_cache or default_model_cache())
+    if env:
+        launch = with_env(launch, env, "--env")
+    if read_only_root:
+        # Refused here, before the host is asked anything more and before anything starts: a
+        # cache on the read-only root fails the server at its first compile or download.
+        launch = read_only(launch, ws.launch.writable.tmpfs)
+        refuse_unwritable(launch)
     if dry_run:
         return RunReport(target, plan.model, launch, "dry-run", fit)
     if emit is not None:
         kind, out_dir = emit
         files = emit_compose(launch, out_dir) if kind == "compose" else \
-            emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node)
+            emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node, cluster=cluster)
         return RunReport(target, plan.model, launch, "emitted", fit,
                          files=tuple(str(f) for f in files))
     assert host is not None
@@ -194,6 +205,15 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
     if (held := container.holder(launch.name)) is not None:
         raise _name_taken(held)
     client = daemon.client()
+    if preflight and launch.gpus:
+        # The driver is checked against the image's CUDA above (fit); this is the other half:
+        # an Engine that cannot hand the GPUs to a container refuses `--gpus` at start.
+        tk = toolkit.engine_toolkit(client, local=daemon.local_socket() is not None)
+        if tk.ok is False:
+            raise toolkit.refusal(tk, len(host.gpus))
+        progress.note("NVIDIA Container Toolkit: " + (tk.how if tk.ok else
+                                                      f"not confirmed ({tk.how})"),
+                      level="info" if tk.ok else "warn")
     if daemon.local_image(client, plan.ref()) is not None:
         action = "local"
     elif registry_name:

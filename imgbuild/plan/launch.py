@@ -9,18 +9,19 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..catalog.checkpoints import checkpoint_dir, local_checkpoint
-from ..catalog.launch import LaunchTable, MultiNode
+from ..catalog.launch import LaunchTable, MultiNode, Rdma, WriteDir
 from ..catalog.models import ModelProfile, checkpoint_kind
 from ..errors import InputError
 from ..fsutil import atomic_write_text, cannot_write
-from .labels import ANY_USER
+from .labels import ANY_USER, RUN_ENV
 from .plan import Plan
 
 # Kubernetes' probe period; the startup probe's threshold is the engine's startup timeout in
@@ -36,6 +37,10 @@ ANY_UID = int(ANY_USER.split(":")[0])  # the UID the image's smoke test runs as
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # on every pod of the set (the same file)
 MANAGED = {"app.kubernetes.io/managed-by": "imgbuild"}
 _DOCKER_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
+# A tmpfs a read-only run mounts: exec, because Docker's bare `--tmpfs /tmp` is noexec and every
+# JIT compiler (torch cpp_extension, FlashInfer, DeepGEMM, Triton) dlopens the .so it just built
+# from under HOME=/tmp/home ("failed to map segment from shared object" otherwise).
+TMPFS_OPTIONS = "rw,exec,nosuid,nodev"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,13 @@ class Launch:
     image_digest: str | None = None  # sha256:... when known (pushed): compose and k8s pin it
     model_size_gb: float | None = None  # the profile's weights: what a cache claim must hold
     root_only: str | None = None  # why the image runs as root only (its target's smoke.root_only)
+    # What the image sets (HOME=/tmp/home ...: plan/labels.py RUN_ENV): where the caches resolve.
+    image_env: tuple[tuple[str, str], ...] = ()
+    # Every directory the engine writes (images/checks/launch.yaml writable.dirs).
+    write_dirs: tuple[WriteDir, ...] = ()
+    read_only: bool = False  # --read-only: a read-only root, the tmpfs below writable
+    tmpfs: tuple[str, ...] = ()  # mounted rw,exec,nosuid,nodev (TMPFS_OPTIONS)
+    env_set_by: tuple[tuple[str, str], ...] = ()  # (variable, who set it) for messages
 
     @property
     def pinned_image(self) -> str:
@@ -96,6 +108,10 @@ class Launch:
             args += ["--shm-size", self.shm_size]
         for name, soft, hard in self.ulimits:
             args += ["--ulimit", f"{name}={soft}" if soft == hard else f"{name}={soft}:{hard}"]
+        if self.read_only:
+            args.append("--read-only")
+        for path in self.tmpfs:
+            args += ["--tmpfs", f"{path}:{TMPFS_OPTIONS}"]
         args += ["-p", f"{self.host_port}:{self.port}"]
         for host, container, mode in self.volumes:
             args += ["-v", f"{host}:{container}:{mode}"]
@@ -108,6 +124,115 @@ class Launch:
     def dry_run_line(self, detach: bool = False, rm: bool = True) -> str:
         """The `docker run` line, quoted for a POSIX shell: paste it and it runs."""
         return shlex.join(self.docker_args(detach=detach, rm=rm))
+
+    @property
+    def container_env(self) -> dict[str, str]:
+        """What the server sees: the image's env, then what the launch sets over it."""
+        return dict(self.image_env) | dict(self.env)
+
+    def mounts(self) -> tuple[tuple[str, bool], ...]:
+        """(path in the container, writable) of every mount: the volumes and the tmpfs."""
+        return tuple((c, m == "rw") for _h, c, m in self.volumes) + \
+            tuple((t, True) for t in self.tmpfs)
+
+
+# --- where the server writes ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """One directory the engine writes, resolved in the container, and what covers it."""
+
+    env: str  # the variable that names it
+    path: str
+    set_by: str  # who set the variable ("the image", "--env", ...), or "its default"
+    mount: str | None  # the mount it lies on (longest prefix), None: the root filesystem
+    writable: bool  # what that mount (or the root) allows
+
+
+def _under(path: str, mount: str) -> bool:
+    m = mount.rstrip("/") or "/"
+    return m == "/" or path == m or path.startswith(m + "/")
+
+
+def resolve_write_dirs(env: dict[str, str], dirs: tuple[WriteDir, ...]) -> list[tuple[str, str]]:
+    """(variable, path) of every directory, as the engine resolves it: its variable when set,
+    else its default ("~" is HOME; "{VAR}" an entry above, or a variable such as USER)."""
+    home = env.get("HOME") or "/root"
+    seen: dict[str, str] = {}
+    out = []
+    for d in dirs:
+        if env.get(d.env):
+            path = env[d.env]
+        else:
+            path = home + d.default[1:] if d.default.startswith("~") else d.default
+            path = re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                          lambda m: seen.get(m.group(1)) or env.get(m.group(1)) or "user", path)
+        path = "/" + "/".join(p for p in path.split("/") if p not in ("", "."))
+        seen[d.env] = path
+        out.append((d.env, path))
+    return out
+
+
+def write_targets(env: dict[str, str], dirs: tuple[WriteDir, ...],
+                  mounts: tuple[tuple[str, bool], ...], *, root_writable: bool,
+                  set_by: dict[str, str] | None = None) -> list[WriteTarget]:
+    """Where each directory the engine writes lands: on which mount, and whether it can be
+    written there. Pure: the container's env, the engine's directories and the mounts."""
+    set_by = set_by or {}
+    out = []
+    for var, path in resolve_write_dirs(env, dirs):
+        on = [(m, w) for m, w in mounts if _under(path, m)]
+        mount, writable = max(on, key=lambda mw: len(mw[0])) if on else (None, root_writable)
+        who = set_by.get(var, "the image" if var in env else "its default")
+        out.append(WriteTarget(var, path, who, mount, writable))
+    return out
+
+
+def unwritable_dirs(launch: Launch) -> list[WriteTarget]:
+    """The directories the engine writes that a read-only run leaves unwritable (empty: none,
+    or the root is writable)."""
+    return [t for t in write_targets(launch.container_env, launch.write_dirs, launch.mounts(),
+                                     root_writable=not launch.read_only,
+                                     set_by=dict(launch.env_set_by)) if not t.writable]
+
+
+def refuse_unwritable(launch: Launch, *, how: str = "--read-only",
+                      bad: list[WriteTarget] | None = None) -> None:
+    """InputError (exit 2) when a read-only run would leave a JIT or cache directory
+    unwritable: the server would start and fail at its first compile or download."""
+    bad = unwritable_dirs(launch) if bad is None else bad
+    if not bad:
+        return
+    facts = []
+    for t in bad:
+        where = f"the read-only mount {t.mount}" if t.mount else "the read-only root"
+        facts.append(f"{t.env} is not set: its default {t.path} lies on {where}"
+                     if t.set_by == "its default" else
+                     f"{t.env}={t.path} (set by {t.set_by}) lies on {where}")
+    writable = ", ".join([*launch.tmpfs, *(c for _h, c, m in launch.volumes if m == "rw")])
+    moved = [t.env for t in bad if t.set_by == "--env"]
+    raise InputError(
+        f"cannot run {launch.name} {how}: {len(bad)} director"
+        + ("y" if len(bad) == 1 else "ies") + " the server writes would be read-only",
+        facts=facts + [f"writable in the container: {writable or 'nothing'}",
+                       "nothing was started"],
+        hint=(f"drop --env {', '.join(moved)}, or point " if moved else "point ")
+             + ", ".join(dict.fromkeys(t.env for t in bad)) + " under "
+             + (launch.tmpfs[0] if launch.tmpfs else "a writable mount")
+             + (" with --env" if how == "--read-only" else "")
+             + ("; or run without --read-only" if how == "--read-only" else ""))
+
+
+def read_only(launch: Launch, tmpfs: tuple[str, ...]) -> Launch:
+    """The Launch on a read-only root, with each of `tmpfs` mounted writable and exec."""
+    return replace(launch, read_only=True, tmpfs=tuple(dict.fromkeys(tmpfs)))
+
+
+def with_env(launch: Launch, pairs: tuple[tuple[str, str], ...], who: str) -> Launch:
+    """The Launch with these variables set over the ones it has (`who` set them)."""
+    env = dict(launch.env) | dict(pairs)
+    by = dict(launch.env_set_by) | {k: who for k, _v in pairs}
+    return replace(launch, env=tuple(env.items()), env_set_by=tuple(by.items()))
 
 
 def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
@@ -166,6 +291,10 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
         raise InputError(f"container name {cname!r}: docker takes letters, digits, '_', '.' "
                          "and '-', starting with a letter or digit", hint="pick another --name")
     labels = (("imgbuild.target", plan.target), ("imgbuild.model", alias or ""))
+    # Who set each variable, for a message that names it.
+    set_by = tuple((k, f"{table.source}: engines.{plan.engine}.env") for k, _v in eng.env)
+    if source == "hub":
+        set_by += ((src.hf_cache_env, "the model cache's mount"),)
     return Launch(
         image=plan.ref(), engine=plan.engine, name=cname, command=command, port=eng.port,
         host_port=host_port or eng.port, health_path=eng.health_path,
@@ -176,7 +305,9 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
         model=model, model_source=source, target=plan.target,
         tensor_parallel=(profile.tensor_parallel if profile and source != "smoke" else 1),
         startup_timeout_s=eng.startup_timeout_s, multi_node=eng.multi_node,
-        image_digest=digest, root_only=plan.root_only)
+        image_digest=digest, root_only=plan.root_only, image_env=RUN_ENV,
+        write_dirs=table.write_dirs(plan.engine),
+        env_set_by=set_by)
 
 
 def _local_dir(profile: ModelProfile, root: Path | None) -> Path | None:
@@ -222,6 +353,11 @@ def compose_doc(launch: Launch) -> dict[str, Any]:
         svc["environment"] = env  # a bare NAME is taken from the shell that runs compose
     if launch.volumes:
         svc["volumes"] = [f"{h}:{c}:{m}" for h, c, m in launch.volumes]
+    if launch.read_only:
+        svc["read_only"] = True
+    if launch.tmpfs:
+        # exec: a bare tmpfs is noexec, and the engines' JIT kernels are loaded from it.
+        svc["tmpfs"] = [f"{t}:{TMPFS_OPTIONS}" for t in launch.tmpfs]
     if launch.labels:
         svc["labels"] = dict(launch.labels)
     if launch.gpus:
@@ -245,6 +381,43 @@ def emit_compose(launch: Launch, dir: Path) -> list[Path]:
 
 # --- Kubernetes -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Cluster:
+    """What the cluster the manifests are for gives a pod beyond the standard: GKE's driver
+    paths (--gke), RDMA for a multi-node server (--rdma; None: none)."""
+
+    gke_env: tuple[tuple[str, str], ...] = ()  # set on the server container (empty: not GKE)
+    rdma: Rdma | None = None
+
+    @property
+    def gke(self) -> bool:
+        return bool(self.gke_env)
+
+
+def cluster_for(table: LaunchTable, *, gke: bool = False, rdma: bool = False,
+                rdma_resource: str | None = None,
+                nccl: tuple[tuple[str, str], ...] = ()) -> Cluster:
+    """The Cluster the options describe, on images/checks/launch.yaml's defaults: --gke, and
+    --rdma with its resource and NCCL variables ("" drops one)."""
+    if not rdma and (rdma_resource is not None or nccl):
+        raise InputError("--rdma-resource and the --nccl-* options go with --rdma",
+                         hint="add --rdma (a multi-node server over InfiniBand or RoCE), or "
+                              "drop them")
+    r = None
+    if rdma:
+        res = rdma_resource or table.rdma.resource
+        if not re.fullmatch(r"[a-z0-9.-]+/[A-Za-z0-9._-]+", res):
+            raise InputError(f"--rdma-resource {res}: not an extended resource name",
+                             hint="DOMAIN/NAME, as the RDMA device plugin advertises it "
+                                  "(`kubectl describe node`: rdma/ib, rdma/rdma_shared_device_a)")
+        env = dict(table.rdma.env) | dict(nccl)
+        r = Rdma(res, table.rdma.capabilities, tuple(env.items()))
+    return Cluster(gke_env=table.gke_env if gke else (), rdma=r)
+
+
+# /tmp is an emptyDir in every pod: HOME and the caches of the image are under it.
+K8S_TMP = "/tmp"
+
 def _k8s_name(name: str) -> str:
     """A DNS-1123 label: lowercase letters, digits and '-'; short enough that LWS pod names
     (<name>-<group>-<worker>) stay within 63."""
@@ -258,14 +431,21 @@ def _quantity(docker_size: str) -> str:
     return n + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]
 
 
-def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> dict[str, Any]:
+def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool,
+               cluster: Cluster = Cluster(), rdma: bool = False,
+               cache_dirs: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """The server container. probes: it serves HTTP (not an LWS worker whose engine serves none:
-    no port, no probes)."""
+    no port, no probes). rdma: it talks to the other nodes over InfiniBand / RoCE."""
     c: dict[str, Any] = {"name": "server", "image": launch.pinned_image,
                          "imagePullPolicy": "IfNotPresent", "args": args}
     if probes:
         c["ports"] = [{"name": "http", "containerPort": launch.port}]
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in launch.env]
+    # GKE mounts the node driver's libraries at /usr/local/nvidia/lib64 and names them nowhere
+    # (vLLM: "NVML Shared Library Not Found" without it).
+    env += [{"name": k, "value": v} for k, v in cluster.gke_env]
+    if rdma and cluster.rdma:
+        env += [{"name": k, "value": v} for k, v in cluster.rdma.env if v]
     # A secret the caller's environment would give docker comes from a Secret here; optional,
     # so a model that needs none starts without it.
     env += [{"name": k, "valueFrom": {"secretKeyRef": {
@@ -275,6 +455,9 @@ def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> d
         c["env"] = env
     if gpus:
         c["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    if rdma and cluster.rdma:
+        # The RDMA device plugin's resource: the IB devices (/dev/infiniband) in the pod.
+        c.setdefault("resources", {"limits": {}})["limits"][cluster.rdma.resource] = 1
     # The restricted Pod Security standard, and what OpenShift's restricted SCC asks: no root,
     # no privilege escalation, no capabilities, the runtime's seccomp profile, a read-only
     # root; the image works so as any UID with group 0 (its smoke test's any-user stage).
@@ -285,7 +468,12 @@ def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> d
         # rest of what the restricted standard asks still holds. It meets the baseline standard.
         c["securityContext"] = {"allowPrivilegeEscalation": False, "runAsNonRoot": False,
                                 "runAsUser": 0, "readOnlyRootFilesystem": False}
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    if rdma and cluster.rdma and cluster.rdma.capabilities:
+        # Verbs pin (register) the memory NCCL sends from: IPC_LOCK, or the memlock limit.
+        c["securityContext"]["capabilities"] = {
+            "drop": ["ALL"], "add": list(cluster.rdma.capabilities)}
+    mounts = [{"name": "tmp", "mountPath": K8S_TMP}]
+    mounts += [{"name": n, "mountPath": path} for n, path in cache_dirs]
     mounts += [{"name": "dshm", "mountPath": "/dev/shm"}] if launch.shm_size else []
     mounts += [{"name": _vol_name(cpath), "mountPath": cpath, "readOnly": mode == "ro"}
                for _h, cpath, mode in launch.volumes]
@@ -305,9 +493,33 @@ def _vol_name(container_path: str) -> str:
     return _k8s_name(container_path.rstrip("/").rsplit("/", 1)[-1])
 
 
-def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> dict[str, Any]:
-    # /tmp: HOME and every cache and JIT directory of the image (io.imgbuild.writable).
+def k8s_cache_dirs(launch: Launch) -> tuple[tuple[str, str], ...]:
+    """(volume name, path) of an emptyDir for every directory the engine writes that the pod's
+    mounts (/tmp, /dev/shm, the claims) leave on its read-only root: the same decision as
+    `run --read-only`. A directory on a read-only claim is refused (exit 2). Empty for a
+    root-only image, whose root is writable."""
+    if launch.root_only:
+        return ()
+    pod = replace(launch, read_only=True,
+                  tmpfs=(K8S_TMP, *(("/dev/shm",) if launch.shm_size else ())))
+    bad = unwritable_dirs(pod)
+    on_claims = [t for t in bad if t.mount is not None]
+    if on_claims:  # an emptyDir over a read-only claim's directory cannot be made
+        refuse_unwritable(pod, how="in Kubernetes", bad=on_claims)
+    out: list[tuple[str, str]] = []
+    for t in sorted(bad, key=lambda t: t.path):
+        if not any(_under(t.path, p) for _n, p in out):  # a parent's emptyDir holds it
+            out.append((_k8s_name("cache-" + t.env.replace("_", "-")), t.path))
+    return tuple(out)
+
+
+def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool,
+              cluster: Cluster = Cluster(), rdma: bool = False) -> dict[str, Any]:
+    # /tmp: HOME and every cache and JIT directory of the image (io.imgbuild.writable); one more
+    # emptyDir for each directory the engine writes that the launch moved elsewhere.
+    caches = k8s_cache_dirs(launch)
     vols: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    vols += [{"name": n, "emptyDir": {}} for n, _p in caches]
     if launch.shm_size:
         # A Pod has no ipc host: /dev/shm is a memory-backed emptyDir of the engine's size
         # (Docker's default 64 MiB breaks NCCL and the engines' worker processes).
@@ -326,7 +538,8 @@ def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool) -> di
                             "fsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}}
         if not launch.root_only else
         {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [_container(launch, args, gpus, probes=probes)]}
+        "containers": [_container(launch, args, gpus, probes=probes, cluster=cluster,
+                                  rdma=rdma, cache_dirs=caches)]}
     if vols:
         spec["volumes"] = vols
     return spec
@@ -354,10 +567,11 @@ def _labels(name: str, **more: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, **MANAGED, **more}
 
 
-def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
+def k8s_docs(launch: Launch, *, gpus_per_node: int,
+             cluster: Cluster = Cluster()) -> list[dict[str, Any]]:
     """The manifests: a Deployment and a Service, or, when the model's tensor parallelism spans
     more GPUs than one node has, a LeaderWorkerSet (one pod a node) and a Service on its
-    leader."""
+    leader. cluster: GKE's driver paths, RDMA between the nodes (a LeaderWorkerSet only)."""
     if gpus_per_node < 1:
         raise InputError(f"--gpus-per-node {gpus_per_node}: expected at least 1")
     name = _k8s_name(launch.name)
@@ -365,6 +579,11 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
     base = list(launch.command)
     svc_port = [{"name": "http", "port": launch.port, "targetPort": "http"}]
     if tp <= gpus_per_node:
+        if cluster.rdma is not None:
+            raise InputError(f"--rdma: {launch.model} runs on one node (tensor parallel {tp}, "
+                             f"--gpus-per-node {gpus_per_node}), where NCCL needs no network",
+                             facts=["a Deployment, not a LeaderWorkerSet, would be written"],
+                             hint="drop --rdma, or give the nodes' real --gpus-per-node")
         labels = _labels(name)
         deploy = {
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -373,7 +592,8 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
                      # Recreate: a rolling update would hold two servers' GPUs at once.
                      "strategy": {"type": "Recreate"},
                      "template": {"metadata": {"labels": labels},
-                                  "spec": _pod_spec(launch, base, tp, probes=True)}}}
+                                  "spec": _pod_spec(launch, base, tp, probes=True,
+                                                    cluster=cluster)}}}
         service = {"apiVersion": "v1", "kind": "Service",
                    "metadata": {"name": name, "labels": _labels(name)},
                    "spec": {"selector": {"app.kubernetes.io/name": name}, "ports": svc_port}}
@@ -393,6 +613,7 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
                                 f"({tp} / {size} is not whole)"],
                          hint="pick --gpus-per-node so that it divides the tensor parallelism")
     per_node = tp // size
+    rdma = cluster.rdma is not None
     flags = [w.format(**LWS_VARS) for w in mn.flags]
     leader_args = base + flags
     worker_args = leader_args + [w.format(**LWS_VARS) for w in mn.worker_flags]
@@ -411,10 +632,12 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": leader_labels},
                                    "spec": _pod_spec(launch, leader_args, per_node,
-                                                     probes=True)},
+                                                     probes=True, cluster=cluster,
+                                                     rdma=rdma)},
                 "workerTemplate": {"metadata": {"labels": _labels(name, role="worker")},
                                    "spec": _pod_spec(launch, worker_args, per_node,
-                                                     probes=mn.worker_serves_http)}}}}
+                                                     probes=mn.worker_serves_http,
+                                                     cluster=cluster, rdma=rdma)}}}}
     # The LWS controller makes a headless Service named like the set (the pods' subdomain):
     # the API Service needs a name of its own.
     service = {"apiVersion": "v1", "kind": "Service",
@@ -424,10 +647,11 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int) -> list[dict[str, Any]]:
     return [lws, service, *_claims(launch)]
 
 
-def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int) -> list[Path]:
+def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int,
+             cluster: Cluster = Cluster()) -> list[Path]:
     """One file a manifest under dir: `kubectl apply -f dir`. A LeaderWorkerSet needs the LWS
     controller installed (kubernetes-sigs/lws)."""
-    docs = k8s_docs(launch, gpus_per_node=gpus_per_node)
+    docs = k8s_docs(launch, gpus_per_node=gpus_per_node, cluster=cluster)
     notes = ("# A Pod spec has no ulimits: " + ", ".join(
         f"{n}={s}" for n, s, _h in launch.ulimits) + " (what `docker run` passes) come from the "
         "node's container runtime.\n") if launch.ulimits else ""
@@ -440,6 +664,23 @@ def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int) -> list[Path]:
                   "when it exists (kubectl create secret generic ... --from-literal=NAME=VALUE).\n")
     if not launch.image_digest:
         notes += "# The image is named by tag: pass the pushed image's digest to pin it.\n"
+    notes += _writes_note(launch)
+    if cluster.gke:
+        notes += ("# GKE: the node driver's libraries are mounted at /usr/local/nvidia/lib64 and "
+                  "named nowhere,\n# so " + ", ".join(f"{k}={v}" for k, v in cluster.gke_env)
+                  + " is set (replacing the image's); nvidia-smi is\n"
+                  "# /usr/local/nvidia/bin/nvidia-smi (PATH is left as the image sets it).\n")
+    if cluster.rdma is not None:
+        r = cluster.rdma
+        said = [f"RDMA between the nodes: the cluster must run an RDMA device plugin that "
+                f"advertises {r.resource} (k8s-rdma-shared-dev-plugin, or the NVIDIA Network "
+                "Operator) on nodes with InfiniBand or RoCE NICs."]
+        said += [f"{k}={v}: {RDMA_ENV_NOTES.get(k, 'set')}." for k, v in r.env if v]
+        said += [f"{k} unset: {RDMA_UNSET_NOTES.get(k, 'the default')}." for k, v in r.env
+                 if not v]
+        said += [f"{', '.join(r.capabilities)} lets verbs pin memory: the manifests meet the "
+                 "privileged Pod Security standard, not restricted or baseline."]
+        notes += "".join(f"# {line}\n" for text in said for line in textwrap.wrap(text, 96))
     if launch.root_only:
         notes += ("# This image runs as root only (" + " ".join(launch.root_only.split())[:300]
                   + "):\n# these manifests meet the baseline Pod Security standard, not "
@@ -456,6 +697,36 @@ def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int) -> list[Path]:
                           + extra + notes + _dump(doc))
         out.append(path)
     return out
+
+
+# What each NCCL variable asks of the cluster, for the manifests' header.
+RDMA_ENV_NOTES = {
+    "NCCL_IB_HCA": "the HCAs NCCL uses (a prefix); the nodes' names: `ibv_devices`",
+    "NCCL_IB_GID_INDEX": "RoCE's GID index on every node (`show_gids`); a wrong one fails "
+                         "\"ibv_modify_qp failed with error No such device\"",
+    "NCCL_SOCKET_IFNAME": "the pod's interface for NCCL's bootstrap",
+}
+RDMA_UNSET_NOTES = {
+    "NCCL_IB_GID_INDEX": "NCCL picks RoCE's GID index; pass --nccl-ib-gid-index N where it "
+                         "picks a wrong one (\"ibv_modify_qp failed with error No such "
+                         "device\")",
+}
+
+
+def _writes_note(launch: Launch) -> str:
+    """Where the directories the engine writes land in the pod, in one header line."""
+    if launch.root_only or not launch.write_dirs:
+        return ""
+    caches = dict((p, n) for n, p in k8s_cache_dirs(launch))
+    pod = replace(launch, read_only=True, tmpfs=(K8S_TMP,))
+    ts = write_targets(pod.container_env, pod.write_dirs, pod.mounts(), root_writable=False)
+    on: dict[str, list[str]] = {}
+    for t in ts:
+        m = t.mount or next((p for p in caches if _under(t.path, p)), t.path)
+        on.setdefault(m, []).append(t.env)
+    text = "Written by the server (the root is read-only): " + "; ".join(
+        f"{m}: {', '.join(v)}" for m, v in on.items()) + "."
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 96))
 
 
 def _header(launch: Launch, how: str) -> str:
