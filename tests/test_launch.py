@@ -488,3 +488,81 @@ def test_k8s_for_a_root_only_image_asks_for_root_and_says_it_is_not_restricted(
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is False
     text = deploy.read_text()
     assert reason in text and "baseline Pod Security standard, not restricted" in text
+
+
+# --- Kubernetes: GKE, RDMA, the caches ------------------------------------------------------
+
+def _docs(files) -> dict:
+    return {yaml.safe_load(f.read_text())["kind"]: yaml.safe_load(f.read_text()) for f in files}
+
+
+@pytest.mark.parametrize("target", ["sglang-blackwell", "vllm-blackwell"])
+def test_k8s_for_gke_over_rdma_validates_and_says_what_the_cluster_must_run(
+        ws, table, plans, tmp_path, target):
+    from imgbuild.plan.launch import cluster_for, with_env
+
+    kv = _kv()
+    launch = with_env(_launch(ws, table, plans, target),
+                      (("TRITON_CACHE_DIR", "/var/cache/triton"),), "--env")
+    cluster = cluster_for(table, gke=True, rdma=True, nccl=(("NCCL_IB_GID_INDEX", "3"),))
+    files = emit_k8s(launch, tmp_path, gpus_per_node=4, cluster=cluster)
+    docs = _docs(files)
+    tpl = docs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    for t in ("leaderTemplate", "workerTemplate"):
+        pod = tpl[t]["spec"]
+        _validate(kv, _as_pod(tpl[t]))
+        c, = pod["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+        assert "PATH" not in env  # a Pod's env would replace the image's PATH whole
+        assert (env["NCCL_IB_HCA"], env["NCCL_IB_GID_INDEX"], env["NCCL_SOCKET_IFNAME"]) == \
+            ("mlx5", "3", "eth0")
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": 4, "rdma/ib": 1}
+        sc = c["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        # The cache the launch moved off /tmp has an emptyDir of its own; /tmp keeps the rest.
+        assert {"name": "cache-triton-cache-dir", "mountPath": "/var/cache/triton"} in \
+            c["volumeMounts"]
+        assert {"name": "cache-triton-cache-dir", "emptyDir": {}} in pod["volumes"]
+        with pytest.raises(AssertionError):
+            restricted(pod)  # IPC_LOCK: privileged, and said so in the header
+    head = files[0].read_text().split("apiVersion:")[0]
+    assert "RDMA device plugin that advertises rdma/ib" in head
+    assert "NVIDIA Network" in head and "privileged Pod Security standard" in head
+    assert "/usr/local/nvidia/lib64" in head
+    said = " ".join(line.removeprefix("# ") for line in head.splitlines())
+    assert "/var/cache/triton: TRITON_CACHE_DIR" in said
+    assert all(len(line) <= 100 for line in head.splitlines() if "RDMA" in line)
+
+
+def test_k8s_for_gke_on_one_node_stays_restricted(ws, table, plans, tmp_path):
+    from imgbuild.plan.launch import cluster_for
+
+    kv = _kv()
+    launch = _launch(ws, table, plans, "sglang-blackwell")
+    docs = _docs(emit_k8s(launch, tmp_path, gpus_per_node=8, cluster=cluster_for(table, gke=True)))
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    _validate(kv, docs["Deployment"])
+    restricted(pod)
+    c, = pod["containers"]
+    assert {"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"} in c["env"]
+    assert [v["name"] for v in pod["volumes"] if "emptyDir" in v] == ["tmp", "dshm"]
+    # RDMA is for a server that spans nodes: refused on one.
+    with pytest.raises(InputError, match="--rdma: .* runs on one node"):
+        k8s_docs(launch, gpus_per_node=8, cluster=cluster_for(table, rdma=True))
+
+
+def test_compose_read_only_validates(ws, table, plans, tmp_path):
+    from imgbuild.plan.launch import read_only
+
+    launch = read_only(_launch(ws, table, plans, "tiny-cpu"), table.writable.tmpfs)
+    (path,) = emit_compose(launch, tmp_path)
+    (svc,) = yaml.safe_load(path.read_text())["services"].values()
+    assert svc["read_only"] is True and svc["tmpfs"] == ["/tmp:rw,exec,nosuid,nodev"]
+    cmd = _check_jsonschema()
+    if cmd is None:
+        pytest.skip("check-jsonschema is not installed (dev group in pyproject.toml)")
+    r = subprocess.run([*cmd, "--builtin-schema", "vendor.compose-spec", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -98,11 +98,12 @@ def info_from_text(text: str) -> dict[str, Any]:
             out["DefaultRuntime"] = value
         elif key == "Discovered Devices":
             devs = []
+            indent = len(line) - len(line.lstrip())
             for more in lines[i + 1:]:
-                m = re.match(r"^\s+(\w+):\s*(\S+)\s*$", more)
-                if not m:
+                m = re.match(r"^(\s+)(\w+):\s*(\S+)\s*$", more)
+                if not m or len(m.group(1)) <= indent:  # the next key, not a device under it
                     break
-                devs.append({"Source": m.group(1), "ID": m.group(2)})
+                devs.append({"Source": m.group(2), "ID": m.group(3)})
             out["DiscoveredDevices"] = devs
     return out
 
