@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from . import engines
 from .conftest import ROOT, WHEELS
 
 
@@ -360,3 +361,109 @@ def test_removing_a_container_that_runs_or_is_gone_is_no_failure(docker_client, 
     assert launch.remove(name) is None
     assert not docker_client.containers.list(all=True, filters={"name": name})
     assert launch.remove(name) is None  # already gone: `docker rm -f` says so and exits 0
+
+
+# --- read-only root ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_local(docker_client) -> str:
+    """tiny-cpu's image by its content tag, where this host has it: these tests build nothing."""
+    r = imgbuild("run", "tiny-cpu", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ref = shlex.split(json.loads(r.stdout)["docker_run"])
+    image = next(a for a in ref if a.startswith("imgbuild:tiny-cpu-"))
+    try:
+        docker_client.images.get(image)
+    except Exception:
+        pytest.skip(f"{image} is not on this host (`imgbuild tiny-cpu` builds it)")
+    return image
+
+
+def _created_since(since: float) -> list[str]:
+    """Containers the Engine created since `since` (epoch seconds), whoever created them."""
+    r = subprocess.run(["docker", "events", "--since", str(int(since)), "--until",
+                        str(int(time.time()) + 1), "--filter", "type=container", "--filter",
+                        "event=create", "--format", "{{.Actor.Attributes.name}}"],
+                       capture_output=True, text=True, timeout=60)
+    return r.stdout.split()
+
+
+@pytest.mark.docker
+def test_a_read_only_run_with_a_cache_on_the_root_is_refused_before_anything_starts(tiny_local):
+    since = time.time() - 1
+    # --detach: were the refusal gone, the run would return once serving, not block.
+    r = imgbuild("run", "tiny-cpu", "--read-only", "--env", "TRITON_CACHE_DIR=/opt/triton",
+                 "--port", str(free_port()), "--detach", timeout=300)
+    if r.returncode == 0:
+        subprocess.run(["docker", "rm", "-f", "imgbuild-tiny-nvfp4"], capture_output=True,
+                       timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert "cannot run imgbuild-tiny-nvfp4 --read-only: 1 directory the server writes would " \
+           "be read-only" in r.stderr
+    assert "TRITON_CACHE_DIR=/opt/triton (set by --env) lies on the read-only root" in r.stderr
+    assert "nothing was started" in r.stderr
+    assert "imgbuild-tiny-nvfp4" not in _created_since(since)
+    assert containers("tiny-nvfp4") == []
+
+
+@pytest.mark.docker
+def test_a_read_only_run_s_tmp_is_exec_and_the_server_serves(tiny_local):
+    # The dry run's flags, as printed: a script written to /tmp runs there, the root refuses a
+    # write. Docker's bare `--tmpfs /tmp` would be noexec (checked too: what the flag prevents).
+    r = imgbuild("run", "tiny-cpu", "--read-only", "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    argv = shlex.split(r.stdout)
+    assert ("--tmpfs", "/tmp:rw,exec,nosuid,nodev") in set(zip(argv, argv[1:]))
+    flags = [a for a in argv[2:argv.index(tiny_local)] if a != "--rm"]
+    flags[flags.index("--name") + 1] += "-probe"
+    script = ('grep " /tmp " /proc/mounts; printf "#!/bin/sh\\necho jit-ran\\n" > /tmp/k; '
+              'chmod +x /tmp/k && /tmp/k; touch /x 2>/dev/null || echo root-read-only')
+    probe = ["docker", "run", "--rm", *flags, "--entrypoint", "sh", tiny_local, "-c", script]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    mount = out.stdout.splitlines()[0].split()
+    assert mount[1] == "/tmp" and "noexec" not in mount[3].split(","), mount
+    assert "jit-ran" in out.stdout and "root-read-only" in out.stdout
+    bare = subprocess.run(["docker", "run", "--rm", "--read-only", "--tmpfs", "/tmp",
+                           "--entrypoint", "sh", tiny_local, "-c", 'grep " /tmp " /proc/mounts'],
+                          capture_output=True, text=True, timeout=120)
+    assert "noexec" in bare.stdout.split()[3].split(","), bare.stdout
+
+    # The server itself on a read-only root (its torch writes torchinductor_<user> under /tmp).
+    port = free_port()
+    r = imgbuild("run", "tiny-cpu", "--read-only", "--detach", "--port", str(port),
+                 timeout=300)
+    try:
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120,
+                            json={"prompt": "hello", "max_tokens": 2}).json()
+        assert got["usage"]["completion_tokens"] == 2
+        ro = subprocess.run(["docker", "inspect", "--format", "{{.HostConfig.ReadonlyRootfs}} "
+                             "{{json .HostConfig.Tmpfs}}", "imgbuild-tiny-nvfp4"],
+                            capture_output=True, text=True, timeout=60).stdout
+        assert ro.startswith("true ") and '"/tmp":"rw,exec,nosuid,nodev"' in ro, ro
+    finally:
+        subprocess.run(["docker", "rm", "-f", "imgbuild-tiny-nvfp4"], capture_output=True,
+                       timeout=120)
+
+
+# --- the NVIDIA Container Toolkit --------------------------------------------------------------
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", engines.params((engines.SHARED, engines.CLASSIC)))
+def test_a_gpu_host_whose_engine_has_no_toolkit_is_refused_with_the_fix(tmp_path, name):
+    """A recorded 8-GPU host (nvidia-smi) against this machine's real Engines, which have no
+    NVIDIA Container Toolkit: exit 3 with nvidia-ctk's command, before the image is looked
+    for (tiny-nvfp4 on sglang-blackwell: an image this host does not have)."""
+    engine = engines.get(name)
+    smi = recorded_nvidia_smi(tmp_path, "rtx-pro-6000-8x-ok")
+    r = imgbuild("run", "sglang-blackwell", "--model", "tiny-nvfp4", "--nvidia-smi", str(smi),
+                 "--model-dir", str(tmp_path), "--port", str(free_port()), **engine.env)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 3, said
+    assert "its Docker Engine cannot give them to a container: the NVIDIA Container Toolkit " \
+           "is not set up for it" in said
+    assert f"Docker Engine {engine.version}: runtimes " in said
+    assert "nvidia-ctk runtime configure --runtime=docker" in said
+    assert "no image for" not in said and "Traceback" not in said
