@@ -166,7 +166,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--detach", action="store_true",
                    help="return once the server answers, leaving it running")
     s.add_argument("--no-preflight", action="store_true",
-                   help="start without the host checks (here and in the container)")
+                   help="start without the host checks (here and in the container): GPUs, "
+                        "the driver against the image's CUDA, memory, disk, and the NVIDIA "
+                        "Container Toolkit registered with the Engine")
     s.add_argument("--timeout", type=float, default=1800,
                    help="seconds to wait for the server to answer (default 1800)")
     s.add_argument("--nvidia-smi", help="the nvidia-smi binary to read the GPUs with")
