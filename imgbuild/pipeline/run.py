@@ -19,15 +19,22 @@ from typing import Any
 
 from ..checks.doctor import Diagnosis, diagnose, to_dict
 from ..errors import EXIT_FAILED, EXIT_OK, InputError, JobFailed
-from ..image import daemon
+from ..image import daemon, toolkit
 from ..image import launch as container
-from ..image import toolkit
 from ..image.base import host_platform
 from ..payload import preflight as host_checks
 from ..plan.decide import make_plan
 from ..plan.fit import FitReport, fit_targets
-from ..plan.launch import (Cluster, Launch, emit_compose, emit_k8s, launch_for, read_only,
-                           refuse_unwritable, with_env)
+from ..plan.launch import (
+    Cluster,
+    Launch,
+    emit_compose,
+    emit_k8s,
+    launch_for,
+    read_only,
+    refuse_unwritable,
+    with_env,
+)
 from ..progress import SILENT, Progress
 from ..workspace import Workspace
 from .pull import pull_target
@@ -135,7 +142,7 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
         detach: bool = False, preflight: bool = True, timeout_s: float = 1800,
         nvidia_smi: str | None = None, model_cache: Path | None = None,
         read_only_root: bool = False, env: tuple[tuple[str, str], ...] = (),
-        cluster: Cluster = Cluster(),
+        cluster: Cluster | None = None,
         on_ready: Callable[[RunReport], None] = lambda _r: None,
         progress: Progress = SILENT) -> RunReport:
     # This host is read unless nothing will start on it and the target is given: a model
@@ -168,7 +175,8 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
     if emit is not None:
         kind, out_dir = emit
         files = emit_compose(launch, out_dir) if kind == "compose" else \
-            emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node, cluster=cluster)
+            emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node,
+                     cluster=cluster or Cluster())
         return RunReport(target, plan.model, launch, "emitted", fit,
                          files=tuple(str(f) for f in files))
     assert host is not None

@@ -432,10 +432,11 @@ def _quantity(docker_size: str) -> str:
 
 
 def _container(launch: Launch, args: list[str], gpus: int, *, probes: bool,
-               cluster: Cluster = Cluster(), rdma: bool = False,
+               cluster: Cluster | None = None, rdma: bool = False,
                cache_dirs: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """The server container. probes: it serves HTTP (not an LWS worker whose engine serves none:
     no port, no probes). rdma: it talks to the other nodes over InfiniBand / RoCE."""
+    cluster = cluster or Cluster()
     c: dict[str, Any] = {"name": "server", "image": launch.pinned_image,
                          "imagePullPolicy": "IfNotPresent", "args": args}
     if probes:
@@ -514,7 +515,8 @@ def k8s_cache_dirs(launch: Launch) -> tuple[tuple[str, str], ...]:
 
 
 def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool,
-              cluster: Cluster = Cluster(), rdma: bool = False) -> dict[str, Any]:
+              cluster: Cluster | None = None, rdma: bool = False) -> dict[str, Any]:
+    cluster = cluster or Cluster()
     # /tmp: HOME and every cache and JIT directory of the image (io.imgbuild.writable); one more
     # emptyDir for each directory the engine writes that the launch moved elsewhere.
     caches = k8s_cache_dirs(launch)
@@ -568,10 +570,11 @@ def _labels(name: str, **more: str) -> dict[str, str]:
 
 
 def k8s_docs(launch: Launch, *, gpus_per_node: int,
-             cluster: Cluster = Cluster()) -> list[dict[str, Any]]:
+             cluster: Cluster | None = None) -> list[dict[str, Any]]:
     """The manifests: a Deployment and a Service, or, when the model's tensor parallelism spans
     more GPUs than one node has, a LeaderWorkerSet (one pod a node) and a Service on its
     leader. cluster: GKE's driver paths, RDMA between the nodes (a LeaderWorkerSet only)."""
+    cluster = cluster or Cluster()
     if gpus_per_node < 1:
         raise InputError(f"--gpus-per-node {gpus_per_node}: expected at least 1")
     name = _k8s_name(launch.name)
@@ -648,9 +651,10 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int,
 
 
 def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int,
-             cluster: Cluster = Cluster()) -> list[Path]:
+             cluster: Cluster | None = None) -> list[Path]:
     """One file a manifest under dir: `kubectl apply -f dir`. A LeaderWorkerSet needs the LWS
     controller installed (kubernetes-sigs/lws)."""
+    cluster = cluster or Cluster()
     docs = k8s_docs(launch, gpus_per_node=gpus_per_node, cluster=cluster)
     notes = ("# A Pod spec has no ulimits: " + ", ".join(
         f"{n}={s}" for n, s, _h in launch.ulimits) + " (what `docker run` passes) come from the "
