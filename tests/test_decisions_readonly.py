@@ -122,6 +122,18 @@ def test_the_refusal_says_which_directory_which_variable_and_the_way_out():
             "root") in e.value.facts
 
 
+def test_a_root_only_image_is_never_run_read_only():
+    launch = _ro(_launch(root_only="the engine writes its kernels beside its modules",
+                         target="t"))
+    with pytest.raises(InputError) as e:
+        L.refuse_unwritable(launch)
+    assert e.value.message == ("cannot run imgbuild-m --read-only: the image writes to its "
+                               "root filesystem")
+    assert e.value.facts[0] == ("target t: smoke.root_only: the engine writes its kernels "
+                                "beside its modules")
+    L.refuse_unwritable(_launch(root_only="why"))  # not read-only: nothing to refuse
+
+
 # --- docker run and compose ---------------------------------------------------------------------
 
 def test_read_only_mounts_every_tmpfs_exec():

@@ -200,6 +200,14 @@ def refuse_unwritable(launch: Launch, *, how: str = "--read-only",
                       bad: list[WriteTarget] | None = None) -> None:
     """InputError (exit 2) when a read-only run would leave a JIT or cache directory
     unwritable: the server would start and fail at its first compile or download."""
+    if launch.read_only and launch.root_only:
+        # Its target says it writes beside its own files: no list of directories covers that.
+        raise InputError(f"cannot run {launch.name} {how}: the image writes to its root "
+                         "filesystem",
+                         facts=[f"target {launch.target}: smoke.root_only: "
+                                + " ".join(launch.root_only.split())[:300],
+                                "nothing was started"],
+                         hint="run it without --read-only")
     bad = unwritable_dirs(launch) if bad is None else bad
     if not bad:
         return
