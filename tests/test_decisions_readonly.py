@@ -233,3 +233,13 @@ def test_cluster_options_over_the_table():
         L.cluster_for(TABLE, nccl=(("NCCL_IB_HCA", "mlx5_0"),))
     with pytest.raises(InputError, match="not an extended resource name"):
         L.cluster_for(TABLE, rdma=True, rdma_resource="ib")
+
+
+def test_the_host_s_launch_keeps_the_read_only_root_and_its_exec_tmpfs():
+    from imgbuild.pipeline.run import launch_on_host
+
+    for gpus in (True, False):
+        launch, _notes = launch_on_host(_ro(_launch()), host_has_gpus=gpus, serving="m")
+        a = launch.docker_args()
+        assert "--read-only" in a and ("--tmpfs", "/tmp:rw,exec,nosuid,nodev") in set(zip(a, a[1:]))
+        assert L.unwritable_dirs(launch) == []
