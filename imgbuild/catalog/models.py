@@ -56,6 +56,8 @@ class ModelProfile:
 
 MODEL_KEYS = {"name", "checkpoint", "size_gb", "architecture", "quantization",
               "tensor_parallel", "gpus", "engine_flags", "generator", "revision"}
+QUANTIZATION_KEYS = {"method", "formats", "summary", "activations"}
+GENERATOR_KEYS = {"scheme", "seed", "image"}
 
 GENERATED_PREFIX = "generated:"
 # A Hugging Face repo id: owner/name, nothing else. A local directory of that shape is written
@@ -93,7 +95,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
     if name is None:  # the checkpoint's last path part: My-Model-NVFP4 of my-org/My-Model-NVFP4
         name = PurePosixPath(checkpoint.rstrip("/")).name or checkpoint
     q = doc.sub("quantization", doc.get("quantization", dict, {}))
-    q.reject_unknown({"method", "formats", "summary", "activations"})
+    q.reject_unknown(QUANTIZATION_KEYS)
     tp = doc.get("tensor_parallel", int, 1)
     if tp < 1:
         raise SpecError(path, "tensor_parallel", "an integer >= 1", tp)
@@ -107,7 +109,7 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
             raise SpecError(path, flags_doc.key(str(eng)), "an engine name: " + ", ".join(ENGINES), eng)
         flags[eng] = flags_doc.str_list(eng)
     gen = doc.sub("generator", doc.get("generator", dict, {}))
-    gen.reject_unknown({"scheme", "seed", "image"})
+    gen.reject_unknown(GENERATOR_KEYS)
     return ModelProfile(
         alias=alias, path=path, name=name, checkpoint=checkpoint,
         size_gb=size, quant_method=q.get("method", str, None),

@@ -40,6 +40,7 @@ from .schema import Doc, read_yaml, rel
 from .targets import Target
 
 PATCH_KEYS = {"id", "package", "versions", "fixes", "upstream", "diff", "variants", "probe"}
+VARIANT_KEYS = {"versions", "diff"}
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def load_patch(path: Path, root: Path | None = None) -> Patch:
             raise SpecError(where, "variants", "at least one {versions, diff}", items)
         for i, item in enumerate(items):
             vd = doc.sub(f"variants[{i}]", item)
-            vd.reject_unknown({"versions", "diff"})
+            vd.reject_unknown(VARIANT_KEYS)
             vv = _specifier(where, vd.key("versions"), vd.get("versions", str))
             text, source = _diff(where, vd.key("diff"), vd.data.get("diff"), path.parent, root)
             variants.append(Variant(vv, text, source))

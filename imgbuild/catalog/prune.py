@@ -10,6 +10,8 @@ from ..errors import SpecError
 from .schema import Doc
 
 FLAVORS = ("devel", "cuda-devel", "slim")
+PRUNE_KEYS = {"rules"}
+RULE_KEYS = {"name", "path", "dirs", "files", "flavors", "why", "package"}
 _SAFE = re.compile(r"^[A-Za-z0-9_.*/-]+$")  # what reaches a find(1) command line
 
 
@@ -27,11 +29,11 @@ class PruneRule:
 
 def parse_prune(data: Any, path: str) -> tuple[PruneRule, ...]:
     doc = Doc(path, data)
-    doc.reject_unknown({"rules"})
+    doc.reject_unknown(PRUNE_KEYS)
     out = []
     for i, r in enumerate(doc.get("rules", list, [])):
         rd = doc.sub(f"rules[{i}]", r)
-        rd.reject_unknown({"name", "path", "dirs", "files", "flavors", "why", "package"})
+        rd.reject_unknown(RULE_KEYS)
         given = [k for k in ("path", "dirs", "files") if k in r]
         if len(given) != 1:
             raise SpecError(path, rd.key("path"), "exactly one of path, dirs, files",

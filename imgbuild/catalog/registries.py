@@ -22,6 +22,9 @@ from .schema import Doc, read_yaml
 
 REGISTRIES_FILE = "registries.yaml"
 COMPRESSIONS = ("gzip", "zstd")
+REGISTRIES_KEYS = {"default", "registries"}
+DEFAULT_KEYS = {"compression", "reason"}
+RULE_KEYS = {"match", "compression", "reason"}
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,15 @@ def load_registries(images_dirs: Sequence[Path]) -> RegistryTable:
         if not path.is_file():
             continue
         doc = Doc(str(path), read_yaml(path, Path(images)) or {})
-        doc.reject_unknown({"default", "registries"})
+        doc.reject_unknown(REGISTRIES_KEYS)
         if "default" in doc.data:
             d = doc.sub("default", doc.get("default", dict))
-            d.reject_unknown({"compression", "reason"})
+            d.reject_unknown(DEFAULT_KEYS)
             default = RegistryRule("", _compression(d), d.get("reason", str, ""), str(path))
         layer: list[RegistryRule] = []
         for i, item in enumerate(doc.get("registries", list, [])):
             e = doc.sub(f"registries[{i}]", item)
-            e.reject_unknown({"match", "compression", "reason"})
+            e.reject_unknown(RULE_KEYS)
             match = e.get("match", str).strip().rstrip("/")
             if not match:
                 raise SpecError(doc.path, e.key("match"), "a registry host or repository", match)

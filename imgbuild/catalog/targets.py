@@ -98,13 +98,19 @@ TARGET_KEYS = {"description", "engine", "archs", "python", "os", "flavor", "plat
                "requirements", "overrides", "patches", "indexes", "smoke", "model",
                "split_heavy_layer", "build_from_source"}
 FLAVORS = ("devel", "cuda-devel", "slim")
+# The keys of the mappings inside a target (the reference at docs/reference/catalog.md lists
+# each, with imgbuild/catalog/keys.yaml's words).
+ENGINE_KEYS = {"name", "version"}
+OVERRIDE_KEYS = {"requirement", "reason", "link"}
+INDEX_KEYS = {"name", "url", "packages", "platforms"}
+SMOKE_KEYS = {"model", "root_only"}
 
 
 def parse_target(name: str, data: Any, path: str) -> Target:
     doc = Doc(path, data)
     doc.reject_unknown(TARGET_KEYS)
     eng = doc.sub("engine", doc.get("engine", dict, what="a mapping with name and version"))
-    eng.reject_unknown({"name", "version"})
+    eng.reject_unknown(ENGINE_KEYS)
     engine = eng.get("name", str)
     if engine not in ENGINES:
         raise SpecError(path, "engine.name", "one of " + ", ".join(ENGINES), engine)
@@ -128,7 +134,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     overrides = []
     for i, o in enumerate(doc.get("overrides", list, [])):
         od = doc.sub(f"overrides[{i}]", o)
-        od.reject_unknown({"requirement", "reason", "link"})
+        od.reject_unknown(OVERRIDE_KEYS)
         req = od.get("requirement", str)
         requirement(od, od.key("requirement"), req)
         reason = od.get("reason", str, what="a written reason (why this override is needed)")
@@ -138,7 +144,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
     indexes = []
     for i, ix in enumerate(doc.get("indexes", list, [])):
         xd = doc.sub(f"indexes[{i}]", ix)
-        xd.reject_unknown({"name", "url", "packages", "platforms"})
+        xd.reject_unknown(INDEX_KEYS)
         url = xd.get("url", str)
         if not re.match(r"^https?://", url):
             raise SpecError(path, xd.key("url"), "an http(s) URL of a PEP 503 simple index", url)
@@ -150,7 +156,7 @@ def parse_target(name: str, data: Any, path: str) -> Target:
         indexes.append(Index(xd.get("name", str), url, xd.str_list("packages"), ix_platforms))
     smoke = doc.get("smoke", dict, {})
     sd = doc.sub("smoke", smoke)
-    sd.reject_unknown({"model", "root_only"})
+    sd.reject_unknown(SMOKE_KEYS)
     root_only = sd.get("root_only", str, None,
                        what="a written reason why the image runs as root only")
     if root_only is not None and not root_only.strip():
