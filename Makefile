@@ -19,7 +19,7 @@ endif
 
 IMGBUILD := .venv/bin/imgbuild
 
-.PHONY: setup services venv demo test test-slow dev-lock lint clean golden mutation
+.PHONY: setup services venv demo test test-slow dev-lock lint clean golden mutation docs
 setup: services venv
 
 services:
@@ -33,11 +33,22 @@ venv: .venv/.installed
 	uv pip install -q --python .venv/bin/python --no-deps -e .
 	touch $@
 
-# The dev lock: the test and smoke-model tooling, hash-pinned, torch from the CPU build.
+# The dev lock: the test and smoke-model tooling, hash-pinned, torch from the CPU build. The
+# docs lock: imgbuild and the documentation tools alone, at the dev lock's versions (the
+# workflow's `pages` job installs it).
 dev-lock:
 	uv pip compile pyproject.toml --group dev --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-emit-find-links --no-header $(TORCH_SOURCE) \
 	  -o requirements/dev.lock.txt
+	uv pip compile pyproject.toml --group docs --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-header -c requirements/dev.lock.txt \
+	  -o requirements/docs.lock.txt
+
+# The documentation site (docs/, mkdocs.yml) in build/site, with the compatibility page
+# (imgbuild report) in it, as the workflow's `pages` job publishes them.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir build/site
+	$(IMGBUILD) report --html build/site/compatibility
 
 demo: setup
 	$(IMGBUILD) base bootstrap --registry $(REGISTRY)

@@ -1,4 +1,4 @@
-"""The CI workflow runs: its `matrix`, `build` and `outdated` jobs, as written in
+"""The CI workflow runs: its `matrix`, `build`, `pages` and `outdated` jobs, as written in
 .github/workflows/images.yml, executed step by step in a fresh clone with only what the workflow
 installs, against the local registry and a local index.
 
@@ -275,15 +275,22 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     # The runner pushed once and kept no copy of the compressed layers (the workflow's env).
     assert build["push"]["cached_layers"] == 0
     assert not (home / ".cache" / "imgbuild" / "blobs" / "layers").exists()
-    # The pages job: the compatibility page from what the registry holds now, with the
-    # tiny-cpu image this run pushed and its smoke report; run twice, the same bytes.
+    # The pages job: the documentation site (built --strict from the clone, its references
+    # generated there) with the compatibility page in it, from what the registry holds now:
+    # the tiny-cpu image this run pushed and its smoke report; run twice, the same page bytes.
     pages = r.job("pages")
     assert pages["ran"], pages
-    page = (r.artifacts / "github-pages" / "index.html").read_bytes()
+    published = r.artifacts / "github-pages"
+    assert b"imgbuild" in (published / "index.html").read_bytes()
+    assert b"imgbuild run" in (published / "reference" / "cli" / "index.html").read_bytes()
+    assert b"root_only" in (published / "reference" / "catalog" / "index.html").read_bytes()
+    assert b'href="../../compatibility/"' in (
+        published / "explanation" / "compatibility" / "index.html").read_bytes()
+    page = (published / "compatibility" / "index.html").read_bytes()
     digest = next(p for p in build["pushed"] if p.startswith(content + "@")).split("@")[1]
     assert digest.encode() in page and b"smoke-tested on CPU" in page
     assert r.job("pages")["ran"]
-    assert (r.artifacts / "github-pages" / "index.html").read_bytes() == page
+    assert (published / "compatibility" / "index.html").read_bytes() == page
     # A second run on a fresh runner (an Engine without the image): pulled, not built.
     for ref in (content, f"{registry}:tiny-cpu", f"{registry}:tiny-cpu-transformers5.17.0"):
         docker_client.images.remove(ref, force=True)
