@@ -11,11 +11,16 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from . import errors
+from .catalog import models, patches, prune, registries, targets
+from .cli.parser import parser
 
 KEYS_FILE = Path(__file__).with_name("catalog") / "keys.yaml"
 # The tables under images/ that are not targets (each has its own reader).
@@ -42,8 +47,6 @@ class Command:
 def commands(p: argparse.ArgumentParser | None = None) -> list[Command]:
     """Every command and subcommand of the parser, in the order it defines them."""
     if p is None:
-        from .cli.parser import parser
-
         p = parser()
     out: list[Command] = []
 
@@ -119,8 +122,6 @@ def _arg_row(a: argparse.Action) -> str:
 
 def cli_reference(p: argparse.ArgumentParser | None = None) -> str:
     if p is None:
-        from .cli.parser import parser
-
         p = parser()
     cmds = commands(p)
     common = common_options(cmds)
@@ -168,8 +169,6 @@ def cli_reference(p: argparse.ArgumentParser | None = None) -> str:
 def schema() -> dict[str, dict[str, set[str]]]:
     """The keys the catalog's readers accept, per kind of file and per mapping in it ("" the
     file's top level, "engine" a mapping, "overrides[]" each item of a list)."""
-    from .catalog import models, patches, prune, registries, targets
-
     return {
         "target": {"": set(targets.TARGET_KEYS) | {"extends"}, "engine": targets.ENGINE_KEYS,
                    "overrides[]": targets.OVERRIDE_KEYS, "indexes[]": targets.INDEX_KEYS,
@@ -352,8 +351,6 @@ def failures_reference(failures_file: Path) -> str:
 
 def _plain(text: str) -> str:
     """[[with {x}||without]] as the doctor writes it when the log gave no value."""
-    import re
-
     return re.sub(r"\[\[(.*?)\|\|(.*?)\]\]", r"\1", str(text), flags=re.S)
 
 
@@ -372,8 +369,6 @@ EXIT_WORDS = {
 
 
 def exit_codes_reference() -> str:
-    from . import errors
-
     codes = {v: k for k, v in vars(errors).items() if k.startswith("EXIT_")}
     classes = {}
     for name, obj in vars(errors).items():
