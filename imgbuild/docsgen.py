@@ -594,8 +594,9 @@ PERFORMANCE_INTRO = """# Performance
 
 What imgbuild's fast paths are worth, measured. Each plot is drawn from a result file under
 `bench/results/` when this site is built, and names the machine and the date of the run.
-Ratios are measured side by side in one run; these machines are shared and noisy.
-The goals and every measurement, with its history, are in
+Ratios are measured side by side in one run; these machines are shared and noisy. A plot
+shows imgbuild as it was on the run's date: what changed since, and the goals and every
+measurement with its history, are in
 [the measurements](measurements.md) (`bench/README.md`).
 """
 
