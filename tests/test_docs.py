@@ -144,6 +144,11 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+# Under xdist the tests that read the built site run on one worker: one build for them all.
+SITE_GROUP = pytest.mark.xdist_group("docs-site")
+
+
+@SITE_GROUP
 def test_the_strict_build_has_every_generated_page(site):
     for page in GENERATED:
         assert (site / page / "index.html").is_file(), page
@@ -252,6 +257,7 @@ def broken(seen: dict, base: str) -> list[str]:
     return out
 
 
+@SITE_GROUP
 def test_every_link_anchor_and_image_in_chromium(site, served, tmp_path):
     exe = _chromium()
     seen = crawl(exe, site, served, tmp_path)
