@@ -107,6 +107,21 @@ CASES = {
     "hf-model-not-cached.log": (
         "hf-model-not-cached", 22,
         {"model": "Qwen/Qwen3-0.6B", "offline": "outgoing traffic has been disabled"}, (), 2),
+    # where the container starts (issue 47): the runtime's, Python's, huggingface_hub's, the
+    # loader's and NCCL's words; four of them printed here by `docker run` (README.md)
+    "driver-older-than-image-cuda.log": (
+        "driver-older-than-image-cuda", 3, {"cuda": "12.8", "driver_floor": "570.26"}, (), 1),
+    "driver-libraries-not-in-container.log": (
+        "driver-libraries-not-in-container", 6, {"said": "NVML Shared Library Not Found"}, (), 2),
+    "uid-without-passwd-entry.log": ("uid-without-passwd-entry", 6, {"uid": "12345"}, (), 1),
+    "cache-dir-not-writable.log": (
+        "cache-dir-not-writable", 36, {"path": "/root/.cache/huggingface/token"}, (), 1),
+    "cache-dir-missing.log": (
+        "cache-dir-missing", 5, {"path": "/data/.cache/huggingface/hub"}, (), 1),
+    "jit-noexec-tmp.log": (
+        "jit-noexec-tmp", 8, {"so": "/tmp/home/.cache/torch_extensions/py311_cpu/probe/probe.so"},
+        (), 1),
+    "nccl-rdma-unusable.log": ("nccl-rdma-unusable", 9, {"error": "No such device"}, ("0",), 1),
 }
 
 
