@@ -69,7 +69,12 @@ def test_the_corpus_is_what_its_index_says():
     assert len(INDEX) >= 40
     for e in INDEX:
         assert e["family"] == "outside" or e["family"] in KNOWN, e
-        assert e["modelled_on"].startswith(("https://github.com/", "none")), e
+        assert e["modelled_on"].startswith(("https://github.com/", "none", "provoked here")), e
+        # A log printed here by the Docker Engine says how, so that it can be printed again.
+        assert (e["modelled_on"] == "provoked here") == ("provoked_with" in e), e
+        if "provoked_with" in e:
+            assert e["file"].startswith("provoked-") and e["provoked_with"].startswith(
+                "docker run "), e
 
 
 def test_precision_and_recall_per_family():
