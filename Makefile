@@ -19,7 +19,7 @@ endif
 
 IMGBUILD := .venv/bin/imgbuild
 
-.PHONY: setup services venv demo test test-slow dev-lock lint clean golden mutation docs
+.PHONY: setup services venv demo test test-slow dev-lock lint clean golden mutation docs payload-sentences
 setup: services venv
 
 services:
@@ -90,3 +90,8 @@ clean:
 # meant to give new tags; the tests fail on any other change of a tag.
 golden: venv
 	.venv/bin/python -m tests.golden --write
+
+# The catalog's sentences the image's entrypoint prints (imgbuild/payload/doctor-sentences.json),
+# after a change to those failures' text in images/checks/failures.yaml; then `make golden`.
+payload-sentences: venv
+	.venv/bin/python -m imgbuild.catalog.failures --write-sentences

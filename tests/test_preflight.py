@@ -385,12 +385,16 @@ def test_payload_main_prints_a_table_or_json_and_exits_by_verdict(tmp_path, caps
 
 
 def test_payload_imports_only_the_standard_library():
-    # It runs inside images, which have neither this package nor rich nor yaml.
-    tree = ast.parse(PAYLOAD.read_text())
-    mods = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-            and n.module} | {a.name.split(".")[0] for n in ast.walk(tree)
-                             if isinstance(n, ast.Import) for a in n.names}
-    assert mods - {"__future__"} <= set(sys.stdlib_module_names), mods
+    # It runs inside images, which have neither this package nor rich nor yaml; a script
+    # copied beside it (anyuser.py, whose cache list it shares) is held to the same.
+    siblings = {p.stem for p in PAYLOAD.parent.glob("*.py")}
+    for path in (PAYLOAD, PAYLOAD.with_name("anyuser.py")):
+        tree = ast.parse(path.read_text())
+        mods = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module} | {a.name.split(".")[0] for n in ast.walk(tree)
+                                 if isinstance(n, ast.Import) for a in n.names}
+        assert mods - {"__future__"} - siblings <= set(sys.stdlib_module_names), (path, mods)
+        assert mods & siblings <= {"anyuser"}, (path, mods)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -421,7 +425,8 @@ def entrypoint(tmp_path):
     def run(host: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         e = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FIXTURE_HOST": str(FIXTURES / host),
              "IMGBUILD_PYTHON": sys.executable, "IMGBUILD_PREFLIGHT_SCRIPT": str(PAYLOAD),
-             "IMGBUILD_FACTS": str(facts), "IMGBUILD_MODEL_DIR": str(tmp_path)}
+             "IMGBUILD_FACTS": str(facts), "IMGBUILD_MODEL_DIR": str(tmp_path),
+             "HOME": str(tmp_path / "home")}
         e.update(env or {})
         server = ["sh", "-c", 'echo "SERVER pid=$$ args=$*"', "server"]
         p = subprocess.Popen(["sh", str(script), *args, *server, "--port", "30000"], env=e,
@@ -456,6 +461,23 @@ def test_entrypoint_preflight_can_be_turned_off(entrypoint):
     (r, pid) = entrypoint("rtx-pro-6000-8x-stale-gpu0", "--no-preflight")
     assert r.returncode == 0 and f"SERVER pid={pid} args=--port 30000" in r.stdout
     assert "gpus free" not in r.stdout
+
+
+def test_entrypoint_says_the_containers_own_failures_in_the_doctors_words(entrypoint, tmp_path):
+    # A cache the container cannot write: warned in the catalog's words, and the server starts;
+    # with the host check off (imgbuild run ran it on the host) the container's still runs.
+    (tmp_path / "file").write_text("")
+    hf = {"HF_HOME": str(tmp_path / "file" / "hf")}
+    (r, pid) = entrypoint("rtx-pro-6000-8x-ok", env=hf)
+    assert r.returncode == 0 and f"SERVER pid={pid} args=--port 30000" in r.stdout, r.stderr
+    assert "WARN  caches" in r.stdout and "PASS  gpus free" in r.stdout
+    assert "imgbuild doctor: cache-dir-not-writable: " in r.stdout
+    (r, pid) = entrypoint("rtx-pro-6000-8x-ok", env={**hf, "IMGBUILD_PREFLIGHT": "0"})
+    assert r.returncode == 0 and f"SERVER pid={pid}" in r.stdout
+    assert "imgbuild doctor: cache-dir-not-writable: " in r.stdout and "gpus free" not in r.stdout
+    (r, pid) = entrypoint("rtx-pro-6000-8x-ok", env={**hf, "IMGBUILD_PREFLIGHT": "0",
+                                                     "IMGBUILD_CONTAINER_CHECK": "0"})
+    assert r.returncode == 0 and "caches" not in r.stdout and f"SERVER pid={pid}" in r.stdout
 
 
 def test_entrypoint_without_gpu_skips_and_starts(entrypoint, tmp_path):

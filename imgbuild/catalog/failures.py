@@ -4,8 +4,10 @@ the fix in plain words templated with the captures, and where the engine prints 
 
 from __future__ import annotations
 
+import json
 import re
 import string
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -528,3 +530,38 @@ def _parse_failure(d: Doc, engine_names: Iterable[str] = ()) -> Fingerprint:
         engines=tuple((pkg, spec) for pkg, spec in applies if pkg in engine_names),
         around=tuple(around),
     )
+
+
+# --- the sentences an image says for itself ------------------------------------------------------
+
+# The failures the image's entrypoint can see in its own container before the server starts
+# (payload/preflight.py --container): their title, cause and fix are shipped into every image
+# as payload/doctor-sentences.json, extracted from this catalog so that both say the same.
+PREFLIGHT_FAILURES = ("uid-without-passwd-entry", "cache-dir-not-writable", "jit-noexec-tmp")
+SENTENCES_FILE = "doctor-sentences.json"
+
+
+def preflight_sentences(catalog: FailureCatalog) -> dict[str, dict[str, str]]:
+    """{id: {title, cause, fix}} of PREFLIGHT_FAILURES, templates as the catalog holds them."""
+    by_id = {fp.id: fp for fp in catalog.fingerprints}
+    missing = [f for f in PREFLIGHT_FAILURES if f not in by_id]
+    if missing:
+        raise SpecError(FAILURE_FILE, "failures", "the failures the image's preflight names: "
+                        + ", ".join(PREFLIGHT_FAILURES), ", ".join(missing) + " missing")
+    return {f: {"title": by_id[f].title, "cause": by_id[f].cause, "fix": by_id[f].fix}
+            for f in PREFLIGHT_FAILURES}
+
+
+def preflight_sentences_text(catalog: FailureCatalog) -> str:
+    """payload/doctor-sentences.json as it must read (`make payload-sentences` writes it)."""
+    return json.dumps(preflight_sentences(catalog), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m imgbuild.catalog.failures --write-sentences
+    root = Path(__file__).resolve().parents[2]
+    text = preflight_sentences_text(load_failures(root / "images"))
+    target = root / "imgbuild" / "payload" / SENTENCES_FILE
+    if "--write-sentences" in sys.argv[1:]:
+        target.write_text(text)
+    else:
+        sys.stdout.write(text)

@@ -9,7 +9,13 @@ server would not start, or would start and die, on this host.
 This file is copied into images and run by their entrypoint before the server:
 
     python /opt/imgbuild/preflight.py [--facts /opt/imgbuild/image.json] [--model-dir DIR]
-                                      [--json] [--nvidia-smi PATH]
+                                      [--json] [--nvidia-smi PATH] [--container]
+    python /opt/imgbuild/preflight.py --container-only
+
+With --container it also looks at the container itself, where the host cannot: a UID with no
+passwd entry and no user name set, a cache directory it cannot write, JIT directories on a
+noexec mount. What it finds there it says in the words of `imgbuild doctor` (the catalog's
+sentences, shipped beside this file as doctor-sentences.json), and warns: the server starts.
 
 so it imports only the standard library (no rich, no yaml, not this package). The host side
 (builder.preflight) imports the same logic, so `imgbuild preflight` and the image agree.
@@ -23,13 +29,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import string
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:  # imgbuild.payload.preflight, in the package
+    from .anyuser import CACHES
+except ImportError:  # /opt/imgbuild/preflight.py, a script beside anyuser.py in the image
+    from anyuser import CACHES  # type: ignore[no-redef]
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
@@ -207,10 +220,20 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Said:
+    """A failure of imgbuild doctor's catalog found at start-up: its id, and the values its
+    sentences are filled with (what the container showed)."""
+
+    failure: str
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     image: ImageFacts
     host: Host
     verdicts: tuple[Verdict, ...] = field(default=())
+    said: tuple[Said, ...] = ()  # the container's own failures (--container)
 
     @property
     def ok(self) -> bool:
@@ -221,8 +244,11 @@ class Report:
         return 0 if self.ok else 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "verdicts": [asdict(v) for v in self.verdicts],
-                "image": self.image.to_dict(), "host": self.host.to_dict()}
+        d = {"ok": self.ok, "verdicts": [asdict(v) for v in self.verdicts],
+             "image": self.image.to_dict(), "host": self.host.to_dict()}
+        if self.said:
+            d["doctor"] = [{"id": x.failure, "values": dict(x.values)} for x in self.said]
+        return d
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,11 +374,14 @@ def disk_free(path: str | os.PathLike[str]) -> tuple[int | None, str | None]:
     ancestor (the model directory usually does not exist before the first download)."""
     p = Path(path).expanduser().absolute()
     for candidate in (p, *p.parents):
-        if candidate.exists():
-            try:
-                return shutil.disk_usage(candidate).free, str(candidate)
-            except OSError:
-                return None, str(candidate)
+        try:
+            # exists() raises, not answers False, under a directory this user may not enter
+            # (HF_HOME under /root for a non-root UID): such a path is measured higher up.
+            if not candidate.exists():
+                continue
+            return shutil.disk_usage(candidate).free, str(candidate)
+        except OSError:
+            continue
     return None, None
 
 
@@ -706,6 +735,204 @@ def run(facts: ImageFacts, *, nvidia_smi: str | None = None, runner: Runner | No
     return Report(facts, host, tuple(verdicts(facts, host)))
 
 
+
+# ----------------------------------------------------------------------------------------------
+# The container itself: who it runs as, where it writes, whether JIT code can run from there
+# ----------------------------------------------------------------------------------------------
+
+# Where the catalog's sentences for these failures lie in an image (beside this file). They are
+# images/checks/failures.yaml's own text, extracted by imgbuild.catalog.failures and checked
+# against it by the tests: one wording, whichever side says it.
+SENTENCES_FILE = "doctor-sentences.json"
+# getpass.getuser() reads these first, in this order; an empty value counts as unset.
+USER_VARS = ("LOGNAME", "USER", "LNAME", "USERNAME")
+# The caches (anyuser.CACHES) whose files are loaded as code: torch's extensions and inductor,
+# Triton, FlashInfer, DeepGEMM, TVM FFI. A noexec mount under them breaks the first JIT kernel.
+JIT_CACHES = ("triton", "torchinductor", "torch-extensions", "flashinfer", "deep-gemm", "tvm-ffi")
+
+
+def check_user(uid: int, passwd_name: str | None, env: Mapping[str, str]) -> tuple[Verdict, Said | None]:
+    """A UID with no passwd entry is fine while a user-name variable answers getpass; with
+    none set, getpass.getuser() (torch's inductor cache directory, the engines) raises."""
+    named = next((f"{v}={env[v]}" for v in USER_VARS if env.get(v)), None)
+    if passwd_name is not None:
+        return Verdict("user", PASS, f"uid {uid} ({passwd_name})"), None
+    if named is not None:
+        return Verdict("user", PASS, f"uid {uid} has no passwd entry; {named} answers for "
+                                     "it"), None
+    return (Verdict("user", WARN, f"uid {uid} has no passwd entry and none of "
+                                  f"{', '.join(USER_VARS)} is set: getpass.getuser() fails"),
+            Said("uid-without-passwd-entry", (("uid", str(uid)),)))
+
+
+def resolve_caches(env: Mapping[str, str], home: str, tmp: str,
+                   user: str) -> list[tuple[str, str, str]]:
+    """(name, variable, path) of every cache anyuser.CACHES names, as its tool resolves it: its
+    variable when set, else its default under HOME (torch's inductor: TMP/torchinductor_USER)."""
+    out = []
+    for name, var, default in CACHES:
+        if env.get(var):
+            path = env[var]
+        elif var == "TORCHINDUCTOR_CACHE_DIR":
+            path = os.path.join(tmp, f"torchinductor_{user}")
+        elif default is not None and default.startswith("/"):
+            path = default
+        elif default is not None and home:
+            path = os.path.join(home, default)
+        else:
+            continue  # HOME itself, or a default under HOME, with HOME unset: nothing to check
+        out.append((name, var, path))
+    return out
+
+
+def can_write(path: str) -> str | None:
+    """None when files can be made in `path` or, where it does not exist yet, in the nearest
+    directory above it that does; else why not. It makes nothing: the entrypoint runs it on
+    every start, and a check leaves no directories behind (access(2) also answers for a
+    read-only filesystem)."""
+    p = os.path.abspath(path)
+    while True:
+        try:
+            exists = os.path.exists(p)
+        except OSError:
+            exists = False
+        if exists:
+            break
+        parent = os.path.dirname(p)
+        if parent == p:
+            return f"no directory of {path} exists"
+        p = parent
+    if not os.path.isdir(p):
+        return f"{p} is not a directory ({path})"
+    if os.access(p, os.W_OK | os.X_OK):
+        return None
+    try:
+        ro = os.statvfs(p).f_flag & os.ST_RDONLY
+    except OSError:
+        ro = 0
+    return f"{'read-only file system' if ro else 'permission denied'} at {p} ({path})"
+
+
+def check_caches(results: Sequence[tuple[str, str, str | None]]) -> tuple[Verdict, Said | None]:
+    """results: (variable, path, why it cannot be written or None) for each cache. The first
+    unwritable one is the failure the server meets; every one is named."""
+    bad = [(var, path, why) for var, path, why in results if why is not None]
+    if not bad:
+        return Verdict("caches", PASS, f"{len(results)} cache and JIT directories writable"), None
+    named = "; ".join(f"{var}: {why}" for var, path, why in bad)
+    return (Verdict("caches", WARN, f"not writable: {named}"),
+            Said("cache-dir-not-writable", (("path", bad[0][1]),)))
+
+
+def parse_mounts(text: str) -> list[tuple[str, frozenset[str]]]:
+    """(mount point, options) of each line of /proc/mounts (octal escapes such as \040 for a
+    space decoded)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
+        out.append((point, frozenset(parts[3].split(","))))
+    return out
+
+
+def mount_of(path: str, mounts: Sequence[tuple[str, frozenset[str]]]) -> tuple[str, frozenset[str]] | None:
+    """The mount a path lies on: the longest mount point that is the path or a parent of it
+    (the last such line when one is mounted over another)."""
+    best: tuple[str, frozenset[str]] | None = None
+    path = os.path.normpath(path)
+    for point, opts in mounts:
+        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, opts)
+    return best
+
+
+def check_exec(dirs: Sequence[tuple[str, str]],
+               mounts: Sequence[tuple[str, frozenset[str]]]) -> tuple[Verdict, Said | None]:
+    """dirs: (variable, path) of the JIT caches. Code built into a noexec mount cannot be
+    loaded ("failed to map segment from shared object")."""
+    bad = []
+    for var, path in dirs:
+        m = mount_of(path, mounts)
+        if m is not None and "noexec" in m[1]:
+            bad.append((var, path, m[0]))
+    if not bad:
+        return Verdict("jit exec", PASS, f"{len(dirs)} JIT directories on mounts that allow "
+                                         "exec"), None
+    where = sorted({point for _, _, point in bad})
+    return (Verdict("jit exec", WARN, f"{', '.join(var for var, _, _ in bad)} on "
+                                      f"{', '.join(where)}, mounted noexec: JIT-built kernels "
+                                      "there cannot be loaded"),
+            Said("jit-noexec-tmp", (("so", bad[0][1]),)))
+
+
+def container_checks(env: Mapping[str, str] | None = None,
+                     mounts_text: str | None = None) -> list[tuple[Verdict, Said | None]]:
+    """The checks above on this process: its UID and passwd entry, its caches (made and
+    written, as anyuser.py does), /proc/mounts."""
+    import pwd
+    import tempfile
+
+    env = os.environ if env is None else env
+    uid = os.getuid()
+    try:
+        passwd_name: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        passwd_name = None
+    user = next((env[v] for v in USER_VARS if env.get(v)), passwd_name or f"uid_{uid}")
+    caches = resolve_caches(env, env.get("HOME", ""), tempfile.gettempdir(), user)
+    if mounts_text is None:
+        try:
+            mounts_text = Path("/proc/mounts").read_text()
+        except OSError:
+            mounts_text = ""
+    return [check_user(uid, passwd_name, env),
+            check_caches([(var, path, can_write(path)) for name, var, path in caches]),
+            check_exec([(var, path) for name, var, path in caches if name in JIT_CACHES],
+                       parse_mounts(mounts_text))]
+
+
+# The catalog's template rules (imgbuild/catalog/failures.py fill), for the sentences shipped
+# here: a [[with {value}||without]] segment takes its first wording only when every value it
+# names is given; {name} is filled in, an unset one left empty.
+_SEGMENT = re.compile(r"\[\[(.*?)(?:\|\|(.*?))?\]\]", re.S)
+
+
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    def names(text: str) -> list[str]:
+        return [n for _, n, _, _ in string.Formatter().parse(text) if n]
+
+    def choose(m: re.Match[str]) -> str:
+        with_, without = m.group(1), m.group(2) or ""
+        return with_ if all(n in values for n in names(with_)) else without
+    return _SEGMENT.sub(choose, template).format_map(_Blank(values))
+
+
+def load_sentences(path: str | os.PathLike[str] | None = None) -> dict[str, dict[str, str]]:
+    """The catalog's title, cause and fix of each failure the container checks can find."""
+    p = Path(path) if path is not None else Path(__file__).resolve().with_name(SENTENCES_FILE)
+    with open(p, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def doctor_text(said: Said, sentences: Mapping[str, Mapping[str, str]]) -> str:
+    """What `imgbuild doctor` would answer for this failure, as the entrypoint prints it."""
+    s = sentences.get(said.failure)
+    values = dict(said.values)
+    if s is None:  # an image whose sentences file lacks the id: still name the failure
+        return f"imgbuild doctor: {said.failure}"
+    return (f"imgbuild doctor: {said.failure}: {fill(s['title'], values)}\n"
+            f"  {fill(s['cause'], values)}\n"
+            f"  Fix: {fill(s['fix'], values)}")
+
+
 # ----------------------------------------------------------------------------------------------
 # Output and entry points
 # ----------------------------------------------------------------------------------------------
@@ -740,7 +967,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print a JSON report")
     ap.add_argument("--nvidia-smi", default=None, help="the nvidia-smi binary to run")
     ap.add_argument("--recording", default=None, help=argparse.SUPPRESS)  # fixture dir: debug
+    ap.add_argument("--container", action="store_true",
+                    help="also check the container itself: its user, caches and JIT mounts")
+    ap.add_argument("--container-only", action="store_true",
+                    help="only the container's own checks (the host's were run elsewhere)")
     args = ap.parse_args(argv)
+    if args.container_only:
+        return _container_main(args.json)
     try:
         facts = load_facts(args.facts)
     except FileNotFoundError:
@@ -753,6 +986,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = run(facts, nvidia_smi=args.nvidia_smi, runner=runner,
                      model_dir=args.model_dir or default_model_dir())
+        if args.container:
+            found = container_checks()
+            report = Report(report.image, report.host,
+                            report.verdicts + tuple(v for v, _ in found),
+                            tuple(x for _, x in found if x is not None))
     except Exception as e:  # noqa: BLE001 - a bug here must not read as a failed host (exit 1)
         print(f"preflight: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 3
@@ -761,28 +999,72 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print("imgbuild preflight")
         print(format_table(report.verdicts))
+        _print_doctor(report.said)
         print("preflight: " + ("ok" if report.ok else "FAILED: the server would not start "
                                                       "here"))
     return report.exit_code
 
 
+def _print_doctor(said: Sequence[Said]) -> None:
+    """Each failure found in the container, in the doctor's words. Only a warning: the checks
+    cannot see everything (a model given as a path needs no Hugging Face cache), so the server
+    starts, and its log says the rest."""
+    if not said:
+        return
+    try:
+        sentences = load_sentences()
+    except (OSError, ValueError):
+        sentences = {}
+    for x in said:
+        print(doctor_text(x, sentences))
+
+
+def _container_main(as_json: bool) -> int:
+    """--container-only: the container's checks, as advice; never stops the server."""
+    try:
+        found = container_checks()
+    except Exception as e:  # noqa: BLE001 - advice must not keep a server from starting
+        print(f"preflight: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    said = [x for _, x in found if x is not None]
+    if as_json:
+        print(json.dumps({"verdicts": [asdict(v) for v, _ in found],
+                          "doctor": [{"id": x.failure, "values": dict(x.values)}
+                                     for x in said]}, indent=2))
+    else:
+        print("imgbuild preflight (the container)")
+        print(format_table([v for v, _ in found]))
+        _print_doctor(said)
+    return 0
+
+
 # The image's entrypoint. POSIX sh (images may lack bash). Kept here, not in a separate file,
 # because the package ships payload/*.py only and the renderer writes this text into the build
-# context. IMGBUILD_PREFLIGHT=0 or a first argument --no-preflight skips the check.
+# context. IMGBUILD_PREFLIGHT=0 or a first argument --no-preflight skips the host check (which
+# `imgbuild run` runs on the host instead); the container's own checks (its user, caches, JIT
+# mounts: only the container can see them) still run as advice, unless
+# IMGBUILD_CONTAINER_CHECK=0.
 ENTRYPOINT_SH = r"""#!/bin/sh
-# imgbuild entrypoint: check the host (preflight.py), then start the server ("$@").
-# Skip the check with IMGBUILD_PREFLIGHT=0 or --no-preflight as the first argument.
+# imgbuild entrypoint: check the host and this container (preflight.py), then start the
+# server ("$@"). Skip the host check with IMGBUILD_PREFLIGHT=0 or --no-preflight as the first
+# argument; the container's checks only warn (IMGBUILD_CONTAINER_CHECK=0 skips them too).
 if [ "${1:-}" = "--no-preflight" ]; then
     shift
     IMGBUILD_PREFLIGHT=0
 fi
-if [ "${IMGBUILD_PREFLIGHT:-1}" != "0" ]; then
-    py="${IMGBUILD_PYTHON:-}"
-    if [ -z "$py" ]; then
-        if command -v python >/dev/null 2>&1; then py=python; else py=python3; fi
+py="${IMGBUILD_PYTHON:-}"
+if [ -z "$py" ]; then
+    if command -v python >/dev/null 2>&1; then py=python; else py=python3; fi
+fi
+if [ "${IMGBUILD_CONTAINER_CHECK:-1}" != "0" ]; then container=--container; else container=; fi
+if [ "${IMGBUILD_PREFLIGHT:-1}" = "0" ]; then
+    if [ -n "$container" ]; then
+        "$py" "${IMGBUILD_PREFLIGHT_SCRIPT:-/opt/imgbuild/preflight.py}" --container-only \
+            || echo "imgbuild: the container check could not run; starting the server." >&2
     fi
+else
     "$py" "${IMGBUILD_PREFLIGHT_SCRIPT:-/opt/imgbuild/preflight.py}" \
-        --facts "${IMGBUILD_FACTS:-/opt/imgbuild/image.json}"
+        --facts "${IMGBUILD_FACTS:-/opt/imgbuild/image.json}" $container
     rc=$?
     if [ "$rc" -eq 1 ]; then
         # 1: a check failed. The server would not start, or would die after the download.

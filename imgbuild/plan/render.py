@@ -20,7 +20,7 @@ PAYLOAD_DIR = Path(payload.__file__).parent
 PAYLOAD = PAYLOAD_DIR / "smoke.py"
 # What runs inside the image besides the engine: stdlib-only scripts, copied as they are.
 PAYLOAD_FILES = ("smoke.py", "preflight.py", "smokegen.py", "engine_schemes.py", "serve.py",
-                 "scheme-probes.json", "anyuser.py")
+                 "scheme-probes.json", "anyuser.py", "doctor-sentences.json")
 
 VENV = "/opt/venv"
 TOOLS = "/opt/imgbuild-tools"  # bind-mounted from the context: uv never lands in a layer
