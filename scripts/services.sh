@@ -88,5 +88,8 @@ fi
 # tests run the core path (tests/test_engines.py). A machine that cannot have them (no network
 # to Debian) still runs everything else; those tests skip, saying so.
 bash "$(dirname "$0")/engines.sh" || say "Engine 26 was not started (scripts/engines.sh failed); its tests will be skipped"
+# Sigstore's cosign 2.5 from Debian trixie, beside the system's: the tests check imgbuild's
+# signatures with the real client, in both directions. Without it those tests skip, saying so.
+bash "$(dirname "$0")/cosign.sh" || say "cosign was not installed (scripts/cosign.sh failed); its tests will be skipped"
 
 say "ready: dockerd $(/usr/bin/docker version --format '{{.Server.Version}}'), registry http://$REGISTRY_ADDR, $(uv --version)"
