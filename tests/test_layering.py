@@ -312,6 +312,13 @@ DEFERRED = {
     ("imgbuild.image.registry", "imgbuild.image.distribution"): "a registry's requests",
     ("imgbuild.image.compression", "deflate"): "the compressors, where they run",
     ("imgbuild.image.compression", "zstandard"): "likewise",
+    # Signatures (cryptography, PyNaCl) only where a key signs or a registry's policy asks:
+    # never for a no-op build or a registry without a policy.
+    ("imgbuild.pipeline.build", "imgbuild.image.cosign"): "to sign, with --sign-key",
+    ("imgbuild.pipeline.build", "imgbuild.image.signstore"): "likewise",
+    ("imgbuild.image.attest", "imgbuild.image.signstore"): "verify under a signed-by policy",
+    ("imgbuild.cli.views.image", "imgbuild.image.cosign"): "likewise, cosign's own command",
+    ("imgbuild.cli.views.image", "imgbuild.image.registry"): "likewise",
 }
 
 # What neither `plan` nor a no-op build loads (test_a_no_op_build_and_plan_load_nothing_heavy):
@@ -320,7 +327,8 @@ HEAVY = ("docker", "requests", "urllib3", "zstandard", "deflate", "imgbuild.imag
          "imgbuild.image.buildkit", "imgbuild.image.engine", "imgbuild.image.base",
          "imgbuild.image.splice", "imgbuild.image.layercut", "imgbuild.image.context",
          "imgbuild.image.distribution", "imgbuild.image.blobcache", "imgbuild.image.exported",
-         "imgbuild.image.sizes", "imgbuild.image.preflight", "imgbuild.pipeline.pull")
+         "imgbuild.image.sizes", "imgbuild.image.preflight", "imgbuild.pipeline.pull",
+         "cryptography", "nacl", "imgbuild.image.cosign", "imgbuild.image.signstore")
 
 
 @pytest.mark.parametrize("module", ["imgbuild.plan.key", "imgbuild.plan.decide",

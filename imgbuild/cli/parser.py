@@ -137,6 +137,11 @@ def parser() -> argparse.ArgumentParser:
                    help="layer compression of the push (default: the --registry's rule in "
                         "images/registries.yaml, else gzip). zstd is smaller and faster to "
                         "unpack, and read only by containerd >= 1.5 and Docker Engine >= 23")
+    s.add_argument("--sign-key", metavar="KEY", default=os.environ.get("IMGBUILD_SIGN_KEY"),
+                   help="with --push, sign the image and attest its SBOM and provenance in "
+                        "Sigstore cosign's format once its smoke test passed, before its moving "
+                        "tags move: a cosign key file (`cosign generate-key-pair`; its password "
+                        "in COSIGN_PASSWORD) or env://VAR (env IMGBUILD_SIGN_KEY)")
     s.add_argument("--log-dir", help="keep the full build log here")
     s = sub.add_parser("pull", parents=[common, select],
                        help="pull the prebuilt image for a target")
@@ -290,6 +295,10 @@ def parser() -> argparse.ArgumentParser:
                        help="check an image in a registry: its digest, smoke report, SBOM "
                             "against its lock, provenance")
     s.add_argument("ref", metavar="HOST[:PORT]/REPO:TAG|@DIGEST")
+    s.add_argument("--key", metavar="PUB",
+                   help="also check its cosign signature and signed attestations (cyclonedx, "
+                        "slsaprovenance1) against this public key (a path), instead of the "
+                        "signed-by policy images/registries.yaml gives the registry")
     s = sub.add_parser("base", parents=[common], help="base images")
     bsub = s.add_subparsers(dest="base_command", required=True)
     b = bsub.add_parser("bootstrap", parents=[common],

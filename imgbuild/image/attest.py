@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ..catalog.registries import SignPolicy
 from ..errors import JobFailed
 from ..lock.lockfile import LockedPackage, Lockfile, pins_digest
 from ..plan.plan import Plan
@@ -206,8 +207,11 @@ def judge(digest: str, labels: dict, report: dict | None, sbom_doc: dict | None,
     return checks
 
 
-def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = None) -> Verification:
-    """Check the image `repo:ref_tag` in its registry against what is stored beside it."""
+def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = None,
+           policy: SignPolicy | None = None) -> Verification:
+    """Check the image `repo:ref_tag` in its registry against what is stored beside it; with a
+    signature policy (images/registries.yaml's `signed-by`), its signature and signed
+    attestations too (image/cosign.py)."""
     ref = f"{repo.name}{'@' if ref_tag.startswith('sha256:') else ':'}{ref_tag}"
     digest = registry.manifest_digest(repo, ref_tag)
     if digest is None:
@@ -232,6 +236,11 @@ def verify(repo: registry.Repository, ref_tag: str, *, lock: Lockfile | None = N
     prov_doc = registry.fetch_artifact(repo, tag(digest, "provenance"), PROVENANCE_TYPE)
     checks += judge(digest, labels, report, sbom_doc[1] if sbom_doc else None,
                     prov_doc[1] if prov_doc else None, lock)
+    if policy is not None:
+        # imported on use: the crypto is for a registry with a policy, never for a no-op build
+        from . import signstore
+
+        checks += signstore.checks(repo, digest, policy)[0]
     return Verification(ref, digest, tuple(checks), labels)
 
 

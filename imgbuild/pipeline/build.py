@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
 from ..checks import drift
 from ..checks.deps import check_deps
-from ..errors import JobFailed
+from ..errors import InputError, JobFailed
 from ..image import attest, buildlock, daemon, inlinecache, registry, smoke
 from ..image.compression import compression as compression_named
 from ..image.compression import kind_of
@@ -37,6 +38,7 @@ from .smokemodel import publish_smoke_model, smoke_model
 if TYPE_CHECKING:
     from ..image import engine
     from ..image.buildkit import Export
+    from ..image.cosign import SigningKey
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class BuildOptions:
     compression: str | None = None  # --compression; None: images/registries.yaml's rule
     splice: bool = True  # pushed, not run here: the heavy layers may stay in the registry
     registry_cache: bool = False  # the registry build cache (mode=max), where the Engine has it
+    sign_key: str | None = None  # --sign-key: a cosign key file or env://VAR; signs what is pushed
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Published:
     cached_layers: int = 0  # of those sent, from this machine's blob cache (not compressed again)
     build_cache: str | None = None  # the cache tag, when moved onto this image (cache_tag)
     mounted_layers: int = 0  # of those held, mounted from another repository of the registry
+    signed: tuple[str, ...] = ()  # the `.sig`/`.att` tags written (cosign's layout)
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,10 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
     client = daemon.client()
     registry.check_reachable(repo)
     compression = opts.compression or ws.registries.rule_for(repo.name).compression
+    # Before anything is built: a key that cannot sign, or that the registry's policy does not
+    # trust, would only be found after the build and the smoke test.
+    policy = ws.registries.policy_for(repo.name) if opts.push else None
+    signer = signing_key(opts.sign_key, push=opts.push, policy=policy)
     known: list[tuple[engine.EngineFacts, engine.EngineUse]] = []
 
     def this_engine() -> tuple[engine.EngineFacts, engine.EngineUse]:
@@ -273,7 +281,7 @@ def build_platform(ws: Workspace, opts: BuildOptions, platform: str | None = Non
                         compression=compression,
                         # only a push writes provenance: no `git` run for a build kept here
                         commit=attest.git_commit(ws.images) if opts.push else None,
-                        built=built, progress=progress)
+                        built=built, signer=signer, policy=policy, progress=progress)
     return Outcome(plan, built, gated, published, time.monotonic() - start)
 
 
@@ -437,11 +445,15 @@ def decide(report: smoke.SmokeReport | None, *, has_smoke_model: bool, force: bo
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
             lock: Lockfile | None = None, commit: str | None = None, compression: str = "gzip",
-            built: Built | None = None, progress: Progress = SILENT) -> Published:
+            built: Built | None = None, signer: SigningKey | None = None,
+            policy: SignPolicy | None = None, progress: Progress = SILENT) -> Published:
     """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
-    and provenance when `lock` is given), then move the moving tags: a moving tag never points
-    at something the registry does not fully hold, nor at an image without a passing report,
-    and moves only onto a digest that passed `verify` (image/attest.py).
+    and provenance when `lock` is given), then, with `signer` and an open gate, the image's
+    signature and its SBOM and provenance as signed attestations (cosign's layout,
+    image/signstore.py), then move the moving tags: a moving tag never points at something the
+    registry does not fully hold, nor at an image without a passing report, and moves only onto
+    a digest that passed `verify` (image/attest.py), the registry's signature `policy` included.
+    A signing that fails moves no tag.
 
     A content tag never moves: where the registry holds it already, nothing is pushed under it
     (an image pulled from it is that image: a no-op), and what is published beside it is only
@@ -454,6 +466,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     spliced = built.spliced if built is not None else None
     img = client.images.get(plan.ref()) if spliced is None else None
     pushed: list[str] = []
+    signed: list[str] = []
     report_ref = None
     sent = None
     build_cache = None
@@ -511,13 +524,24 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                         "provenance": attest.provenance(plan, digest, commit)}
                 attest.push(repo, digest, docs)
                 progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
+            if signer is not None:
+                if gated.open and not gated.forced:
+                    signed = sign_published(repo, digest, signer)
+                    progress.note(f"signed {plan.ref()}@{digest[:19]}… with {signer.source}"
+                                  + (f": {', '.join(signed)}" if signed else
+                                     " (its signature and attestations were there already)"))
+                else:
+                    progress.note(f"{plan.ref()} not signed: a signature vouches for an image "
+                                  "that passed its smoke test ("
+                                  + ("--force moved its tags" if gated.forced else
+                                     gated.held or "the gate is closed") + ")", level="warn")
         if held is None:
             build_cache = keep_build_cache(plan, repo, digest, progress)
     moved: list[str] = []
     if gated.open:
         if push:
             assert digest is not None
-            checked = attest.verify(repo, digest)
+            checked = attest.verify(repo, digest, policy=policy)
             if not checked.ok:
                 raise JobFailed(
                     f"the moving tags of {plan.target} were not moved: {repo.name}@"
@@ -536,7 +560,49 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     return Published(tuple(pushed), tuple(moved), report_ref,
                      sent.compression if sent else None, sent.sent_bytes if sent else 0,
                      sent.reused_layers if sent else 0, sent.cached_layers if sent else 0,
-                     build_cache, sent.mounted_layers if sent else 0)
+                     build_cache, sent.mounted_layers if sent else 0, tuple(signed))
+
+
+def signing_key(spec: str | None, *, push: bool,
+                policy: SignPolicy | None) -> SigningKey | None:
+    """The key `--sign-key` names, loaded and checked against the registry's policy before
+    anything is built (exit 2): a wrong password, or a key the policy does not trust, would
+    otherwise show only after the build and the smoke test."""
+    if spec is None:
+        return None
+    if not push:
+        raise InputError("--sign-key signs what is pushed, and nothing is",
+                         hint="add --push --registry HOST[:PORT]/REPO")
+    from ..image import cosign, signstore  # imported on use: the crypto, only to sign
+
+    key = signstore.load_signing_key(spec)
+    if policy is not None and not policy.keyless:
+        trusted, path = signstore.policy_key(policy)
+        if not cosign.same_key(trusted, key):
+            raise InputError(f"the signing key {key.source} is not the key {policy.where} "
+                             "trusts for this registry",
+                             facts=[f"signing key: {cosign.key_id(key.key.public_key())}",
+                                    f"policy key:  {cosign.key_id(trusted)} "
+                                    f"({path or 'inline PEM'})"],
+                             hint="sign with the policy's key (its private half), or change "
+                                  "signed-by in images/registries.yaml: the moving tags move "
+                                  "only onto an image the policy accepts")
+    return key
+
+
+def sign_published(repo: registry.Repository, digest: str, signer: SigningKey) -> list[str]:
+    """Sign the pushed image, and attest the SBOM and provenance the registry holds beside it
+    (read back, each checked against its digest: what is signed is what is stored)."""
+    from ..image import signstore  # imported on use: the crypto, only to sign
+
+    predicates: dict[str, dict] = {}
+    sbom_doc = registry.fetch_artifact(repo, attest.tag(digest, "sbom"), attest.SBOM_TYPE)
+    if sbom_doc is not None:
+        predicates[ATTESTATION_TYPES["cyclonedx"]] = sbom_doc[1]
+    prov = registry.fetch_artifact(repo, attest.tag(digest, "provenance"), attest.PROVENANCE_TYPE)
+    if prov is not None and isinstance(prov[1].get("predicate"), dict):
+        predicates[ATTESTATION_TYPES["slsaprovenance1"]] = prov[1]["predicate"]
+    return signstore.sign(repo, digest, signer, predicates)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, JobFailed
-from ..image import attest, daemon, registry
+from ..image import attest, cosign, daemon, registry, signstore
 from ..image.base import host_platform
 from ..plan.decide import make_plan
 from ..plan.index import IndexPlan, make_index_plan
@@ -65,13 +65,25 @@ def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name:
                         facts=[f"content tag {plan.content_tag} is not in the registry"],
                         hint=f"build and push it: `imgbuild {target} --push --registry "
                              f"{repo.name}`")
+    # The registry's signature policy, before a byte of the image is downloaded: what a GPU
+    # host runs is what the project's CI signed.
+    policy = ws.registries.policy_for(repo.name)
+    if policy is None:
+        progress.note(f"signatures not checked: images/registries.yaml gives {repo.name} no "
+                      "signed-by policy")
+    else:
+        signstore.enforce(repo, want, policy, plan.ref())
+        progress.note(f"signature of {repo.name}@{want[:19]}… accepted ({policy.where}); cosign "
+                      "checks the same: " + cosign.cosign_commands(
+                          policy, cosign.key_path(policy), f"{repo.name}@{want}",
+                          plain_http=repo.plain_http)[0])
     got = registry.pull(client, plan.ref(), want, progress)
     if got != want:
         raise JobFailed(f"pulled {plan.ref()} by digest {got}, but the registry holds {want}",
                         hint="the tag moved during the pull; pull again")
     img = client.images.get(plan.ref())
     verified = attest.verify(repo, plan.content_tag,
-                             lock=ws.target(plan.target, plan.platform).lock())
+                             lock=ws.target(plan.target, plan.platform).lock(), policy=policy)
     mismatch = [(c, d) for c, ok, d in verified.checks if not ok and d != "none stored"]
     if mismatch:
         raise JobFailed(f"{plan.ref()} does not verify", facts=[f"{c}: {d}" for c, d in mismatch],

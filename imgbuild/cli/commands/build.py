@@ -16,7 +16,7 @@ def run(args, out) -> int:
                         cache_from_refs=cache_from_refs(args),
                         resmoke=args.resmoke, compression=args.compression,
                         splice=not args.no_splice, registry_cache=args.registry_cache,
-                        log_dir=logs)
+                        sign_key=args.sign_key, log_dir=logs)
     outcome = build_target(ws, opts, out.progress())
     if isinstance(outcome, MultiOutcome):
         views.build_index(out, outcome)

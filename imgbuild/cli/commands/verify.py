@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+from ...catalog.registries import SignPolicy
 from ...errors import InputError
 from ...image import attest, registry
 from ...image.registry import Repository
@@ -19,20 +22,32 @@ def run(args, out) -> int:
     if repo.host is None:
         raise InputError(f"{args.ref} names no registry host", hint="verify checks a registry's copy")
     ws = workspace(args)
+    policy = signature_policy(args.key, ws.registries.policy_for(repo.name))
     d = registry.manifest_descriptor(repo, tag)
     if d is not None and d["mediaType"] in registry.INDEX_TYPES:
         # An index: each platform's image is checked, with its own report, SBOM and provenance.
         _, manifests = registry.fetch_index(repo, tag)
-        found = {p: _verify(ws, repo, m, p) for p, m in manifests.items()}
+        found = {p: _verify(ws, repo, m, p, policy) for p, m in manifests.items()}
         views.index_verification(out, args.ref, d["digest"], found)
+        views.signature_policy(out, policy, repo.name, found.values())
         return 0 if found and all(v.ok for v in found.values()) else 1
-    first = _verify(ws, repo, tag)
+    first = _verify(ws, repo, tag, None, policy)
     views.verification(out, first)
+    views.signature_policy(out, policy, repo.name, [first])
     return 0 if first.ok else 1
 
 
-def _verify(ws, repo: Repository, reference: str, platform: str | None = None):
-    first = attest.verify(repo, reference)
+def signature_policy(key: str | None, configured: SignPolicy | None) -> SignPolicy | None:
+    """--key PUB stands for a policy of that key (both attestations asked for); else the
+    registry's signed-by policy, if any."""
+    if key is None:
+        return configured
+    return SignPolicy("--key", key=str(Path(key).expanduser().absolute()))
+
+
+def _verify(ws, repo: Repository, reference: str, platform: str | None = None,
+            policy: SignPolicy | None = None):
+    first = attest.verify(repo, reference, policy=policy)
     # The lock the image names, where this workspace has that target: compare it too.
     target = first.labels.get("io.imgbuild.target")
     if target and target in ws.catalog.targets:
@@ -40,5 +55,5 @@ def _verify(ws, repo: Repository, reference: str, platform: str | None = None):
         if platform is None or platform in t.platforms:
             ref = ws.target(target, platform)
             if ref.has_lock:
-                first = attest.verify(repo, reference, lock=ref.lock())
+                first = attest.verify(repo, reference, lock=ref.lock(), policy=policy)
     return first

@@ -206,6 +206,28 @@ def index_verification(out: Output, ref: str, digest: str, found: dict) -> None:
               [[c, "ok" if ok else "FAILED", d] for c, ok, d in v.checks])
 
 
+def signature_policy(out: Output, policy, repository: str, found) -> None:
+    """Under verify's table: which signature policy applied, and cosign's own check of the
+    same (the first image's digest)."""
+    if out.json:
+        return
+    if policy is None:
+        out.out.print(f"signatures: not checked (no signed-by policy for {repository} in "
+                      "images/registries.yaml; `--key PUB` checks one)", markup=False,
+                      highlight=False)
+        return
+    # imported on use: the crypto, for a policy only
+    from ...image.cosign import cosign_commands, key_path
+    from ...image.registry import Repository
+
+    for v in found:
+        out.out.print("cosign checks the same: " + cosign_commands(
+            policy, key_path(policy), f"{repository}@{v.digest}",
+            plain_http=Repository.parse(repository).plain_http)[0], markup=False,
+            highlight=False)
+        break
+
+
 def verification(out: Output, v) -> None:
     """v: image.attest.Verification."""
     if out.json:

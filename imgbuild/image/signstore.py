@@ -1,0 +1,169 @@
+"""Signatures and signed attestations in a registry, in cosign's layout (image/cosign.py
+decides; this reads and writes): sign an image and attest its SBOM and provenance after its
+smoke gate, check an image against its registry's policy before a layer of it is pulled."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..catalog.registries import SignPolicy
+from ..errors import InputError, JobFailed
+from . import cosign, registry
+
+# Prefixes of the KMS URIs cosign's --key takes; imgbuild signs with key files only.
+KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "gitlab://",
+               "pkcs11:")
+MAX_LAYERS = 64  # signatures or attestations read per image: a tag that holds more is odd
+
+
+def load_signing_key(spec: str, env: Mapping[str, str] | None = None) -> cosign.SigningKey:
+    """The private key `--sign-key` / IMGBUILD_SIGN_KEY names: a PEM file, or `env://VAR` (a
+    variable holding the PEM, as cosign's --key takes it); an encrypted cosign key is opened
+    with COSIGN_PASSWORD. Anything wrong is exit 2, before anything is built or pushed."""
+    env = os.environ if env is None else env
+    fix = ("make one with `cosign generate-key-pair` (its cosign.key, with COSIGN_PASSWORD set "
+           "to its password), then pass --sign-key cosign.key or --sign-key env://VAR")
+    if spec.startswith(KMS_SCHEMES):
+        raise InputError(f"--sign-key {spec}: imgbuild signs with a key file or env://VAR",
+                         facts=["a KMS key signs only through its provider's API, which "
+                                "imgbuild does not call"],
+                         hint=f"sign with cosign after the push: `cosign sign --key {spec} "
+                              "REPO@DIGEST`, or " + fix)
+    if spec.startswith("env://"):
+        var = spec[len("env://"):]
+        pem, source = env.get(var, "").encode(), f"${var}"
+        if not pem.strip():
+            raise InputError(f"--sign-key {spec}: ${var} is empty or not set", hint=fix)
+    else:
+        path = Path(spec).expanduser()
+        source = str(path)
+        try:
+            pem = path.read_bytes()
+        except OSError as e:
+            raise InputError(f"cannot read the signing key {path}",
+                             facts=[f"{type(e).__name__}: {e.strerror or e}"], hint=fix) from None
+    password = env.get("COSIGN_PASSWORD")
+    try:
+        return cosign.load_private_key(pem, password.encode() if password is not None else None,
+                                       source)
+    except cosign.KeyProblem as e:
+        raise InputError(f"the signing key {source} cannot be used", facts=[str(e)],
+                         hint="set COSIGN_PASSWORD to the key's password (`cosign "
+                              "generate-key-pair` asked for it)" if "password" in str(e).lower()
+                         else fix) from None
+
+
+def policy_key(policy: SignPolicy) -> tuple[object, str | None]:
+    """(public key, its path or None where inline) of a key policy; exit 2 where unusable."""
+    assert policy.key is not None
+    path = cosign.key_path(policy)
+    if path is None:
+        pem = policy.key.encode()
+    else:
+        try:
+            pem = Path(path).read_bytes()
+        except OSError as e:
+            raise InputError(f"{policy.where}: signed-by.key: cannot read {path}",
+                             facts=[f"{type(e).__name__}: {e.strerror or e}"],
+                             hint="give the public key's path (from the directory of "
+                                  f"{Path(policy.where).name}, or absolute) or its PEM "
+                                  "(`cosign public-key --key cosign.key`)") from None
+    try:
+        return cosign.load_public_key(pem), path
+    except cosign.KeyProblem as e:
+        raise InputError(f"{policy.where}: signed-by.key: {path or 'the inline PEM'} cannot be "
+                         "used", facts=[str(e)],
+                         hint="the key cosign.pub `cosign generate-key-pair` wrote") from None
+
+
+def fetch_layers(repo: registry.Repository, tag: str) -> list[cosign.Layer] | None:
+    """The layers of the `.sig` / `.att` manifest under `tag`, each blob checked against its
+    digest; None where the registry holds no such tag."""
+    got = registry.get_manifest(repo, tag)
+    if got is None:
+        return None
+    _, doc = got
+    out = []
+    for d in (doc.get("layers") or [])[:MAX_LAYERS]:
+        out.append(cosign.Layer(str(d.get("mediaType")), dict(d.get("annotations") or {}),
+                                registry.get_blob(repo, str(d.get("digest")))))
+    return out
+
+
+def _put(repo: registry.Repository, tag: str, layers: list[cosign.Layer]) -> str:
+    """PUT a `.sig`/`.att` manifest, its blobs uploaded first (the registry holds every part
+    before the manifest names it)."""
+    manifest, config = cosign.manifest_parts(layers)
+    registry.put_blob(repo, config)
+    for la in layers:
+        registry.put_blob(repo, la.blob)
+    r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}", scope=repo.scope("pull", "push"),
+                         data=manifest, headers={"Content-Type": registry.OCI_MANIFEST_TYPE})
+    registry.expect(r, (200, 201), repo, f"manifest {tag}")
+    return tag
+
+
+def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
+         predicates: Mapping[str, dict]) -> list[str]:
+    """Sign image_digest and attest each predicate ({predicate type: predicate}) with `key`,
+    cosign's way; what the registry holds under `.sig`/`.att` is kept (other signers' too) and
+    nothing is added where this key's is there already. The tags written."""
+    pub = key.key.public_key()
+    written = []
+    held = fetch_layers(repo, cosign.sig_tag(image_digest)) or []
+    layers = cosign.merged(held, cosign.signature_layer(key, repo.name, image_digest),
+                           lambda la: cosign.check_signature(image_digest, [la], pub)[1])
+    if layers is not None:
+        written.append(_put(repo, cosign.sig_tag(image_digest), layers))
+    held = fetch_layers(repo, cosign.att_tag(image_digest)) or []
+    added = False
+    for ptype, predicate in predicates.items():
+        kind = next(k for k, v in cosign.ATTESTATION_TYPES.items() if v == ptype)
+        stmt = cosign.statement(repo.name, image_digest, ptype, predicate)
+        more = cosign.merged(held, cosign.attestation_layer(key, stmt),
+                             lambda la, kind=kind: cosign.check_attestation(
+                                 image_digest, [la], pub, kind)[1])
+        if more is not None:
+            held, added = more, True
+    if added:
+        written.append(_put(repo, cosign.att_tag(image_digest), held))
+    return written
+
+
+def checks(repo: registry.Repository, image_digest: str,
+           policy: SignPolicy) -> tuple[list[cosign.Check], str | None]:
+    """(the policy's checks of image_digest, the public key's path) from what the registry
+    holds; no layer of the image is read."""
+    if policy.keyless:
+        return cosign.judge(policy, image_digest, None, None, None), None
+    key, path = policy_key(policy)
+    sigs = fetch_layers(repo, cosign.sig_tag(image_digest))
+    atts = fetch_layers(repo, cosign.att_tag(image_digest)) if policy.attestations else None
+    return cosign.judge(policy, image_digest, sigs, atts, key), path
+
+
+def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | None,
+            ref: str) -> list[cosign.Check]:
+    """Refuse (exit 1) an image its registry's policy does not accept, before anything of it
+    is downloaded; [] where no policy applies."""
+    if policy is None:
+        return []
+    found, path = checks(repo, image_digest, policy)
+    bad = [(c, d) for c, ok, d in found if not ok]
+    if bad:
+        pinned = f"{repo.name}@{image_digest}"
+        raise JobFailed(
+            f"{pinned} is not signed as {policy.where} asks; nothing was pulled",
+            facts=[f"{ref} names {image_digest}",
+                   ("policy: " + (f"signed by the key {path or '(inline PEM)'}" if not
+                                  policy.keyless else f"keyless, {policy.subject}")
+                    + (", attestations " + ", ".join(policy.attestations)
+                       if policy.attestations else "")),
+                   *[f"{c}: {d}" for c, d in bad]],
+            hint="pull an image the project's CI signed, or sign this one with the policy's key "
+                 "(`imgbuild TARGET --push --sign-key KEY`); cosign checks the same: "
+                 + cosign.cosign_commands(policy, path, pinned, plain_http=repo.plain_http)[0])
+    return found
+
