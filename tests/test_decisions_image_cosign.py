@@ -333,3 +333,73 @@ registries:
 def test_a_bad_signed_by_is_a_spec_error(tmp_path, entry, said):
     with pytest.raises(SpecError, match=said):
         registries(tmp_path, f"registries:\n  - match: r.example/x\n    {entry}\n")
+
+
+# --- the publish order ------------------------------------------------------------------------
+
+class _Image:
+    def __init__(self, moved: list):
+        self.moved = moved
+
+    def tag(self, repository, tag=None, **kw):
+        self.moved.append(("local", tag))
+
+
+class _Engine:
+    def __init__(self, moved: list):
+        self.images = self
+        self.moved = moved
+
+    def get(self, ref):
+        return _Image(self.moved)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_signing_comes_after_the_gate_and_a_failed_signing_moves_no_tag(monkeypatch, key,
+                                                                       fails):
+    """publish(), its registry calls faked: the content tag held for this very image, a passing
+    gate. The image is signed before any moving tag moves; a signing that fails moves none."""
+    from imgbuild.image import attest, registry as reg
+    from imgbuild.image.smoke import SmokeReport
+    from imgbuild.pipeline import build
+    from imgbuild.plan.decide import make_plan
+
+    from .conftest import checkout_workspace
+
+    plan = make_plan(checkout_workspace(), "tiny-cpu", repository=REPO)
+    events: list = []
+    monkeypatch.setattr(reg, "manifest_digest", lambda repo, tag: DIGEST)
+    monkeypatch.setattr(build, "held_is_this_image", lambda *a, **k: True)
+    monkeypatch.setattr(reg, "image_config", lambda repo, d: ({"layers": []}, {}))
+    monkeypatch.setattr(reg, "fetch_report", lambda repo, d: {"ok": True})
+    monkeypatch.setattr(attest, "stored", lambda repo, d: True)
+    monkeypatch.setattr(attest, "verify", lambda repo, d, **k: attest.Verification(
+        REPO, d, (("signature", True, ""),)))
+
+    def tag_manifest(repo, digest, tag):
+        events.append(("registry", tag))
+        return digest
+
+    def sign_published(repo, digest, signer):
+        events.append(("signed", digest))
+        if fails:
+            raise JobFailed("registry refused the signature")
+        return [cosign.sig_tag(digest)]
+
+    monkeypatch.setattr(reg, "tag_manifest", tag_manifest)
+    monkeypatch.setattr(build, "sign_published", sign_published)
+    gate = build.Gate(SmokeReport(plan.ref(), True, (), 1.0, {"ok": True}, "sha256:1"), True)
+    repo = Repository.parse(REPO)
+    if fails:
+        with pytest.raises(JobFailed):
+            build.publish(plan, gate, _Engine(events), repo, push=True, signer=key)
+        assert events == [("signed", DIGEST)]  # no tag moved, here or in the registry
+        return
+    got = build.publish(plan, gate, _Engine(events), repo, push=True, signer=key)
+    assert events[0] == ("signed", DIGEST) and len(events) == 1 + 2 * len(plan.tags)
+    assert got.signed == (cosign.sig_tag(DIGEST),)
+    # A gate that is not open signs nothing (a signature vouches for a passing smoke test).
+    events.clear()
+    build.publish(plan, build.Gate(None, False, "no smoke test ran"), _Engine(events), repo,
+                  push=True, signer=key)
+    assert events == []
