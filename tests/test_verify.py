@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -21,9 +22,13 @@ from .conftest import REGISTRY_HOST, ROOT, WHEELS, registry_available
 pytestmark = pytest.mark.docker
 
 
+KEYS = Path(__file__).parent / "fixtures" / "cosign"  # made by cosign 2.5; password below
+COSIGN = Path(os.environ.get("IMGBUILD_STATE", "/var/lib/imgbuild")) / "cosign" / "bin" / "cosign"
+
+
 def imgbuild(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1") | (
-        {"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", HF_HUB_OFFLINE="1",
+               COSIGN_PASSWORD="imgbuild-test") | ({"IMGBUILD_WHEELS": WHEELS} if WHEELS else {})
     return subprocess.run([sys.executable, "-m", "imgbuild.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)
 
@@ -32,9 +37,27 @@ def test_pushed_image_verifies_and_tampered_attestations_do_not(docker_client):
     if not registry_available():
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
     name = f"{REGISTRY_HOST}/imgbuild-verify-{uuid.uuid4().hex[:8]}"
-    r = imgbuild("tiny-cpu", "--push", "--registry", name, "--json")
+    # Signed after the smoke gate, with a password-protected cosign key (tests/fixtures/cosign).
+    r = imgbuild("tiny-cpu", "--push", "--registry", name, "--json",
+                 "--sign-key", str(KEYS / "cosign.key"))
     assert r.returncode == 0, r.stderr[-3000:]
     digest = json.loads(r.stdout)["pushed"][0].split("@")[1]
+    assert json.loads(r.stdout)["signed"] == [f"{digest.replace(':', '-')}.{kind}"
+                                              for kind in ("sig", "att")]
+    # What imgbuild signed, real cosign accepts: the signature, and the SBOM and provenance as
+    # signed attestations about this digest.
+    if COSIGN.exists():
+        for check in (["verify"], ["verify-attestation", "--type", "cyclonedx"],
+                      ["verify-attestation", "--type", "slsaprovenance1"]):
+            c = subprocess.run([str(COSIGN), *check, "--key", str(KEYS / "cosign.pub"),
+                                "--insecure-ignore-tlog=true", "--allow-insecure-registry",
+                                "--allow-http-registry", f"{name}@{digest}"],
+                               capture_output=True, text=True, timeout=120)
+            assert c.returncode == 0, c.stderr
+    r = imgbuild("verify", f"{name}:tiny-cpu", "--json", "--key", str(KEYS / "cosign.pub"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [c["check"] for c in json.loads(r.stdout)["checks"]][-3:] == [
+        "signature", "attestation cyclonedx", "attestation slsaprovenance1"]
     r = imgbuild("verify", f"{name}:tiny-cpu", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)

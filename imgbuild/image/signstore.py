@@ -16,6 +16,7 @@ from . import cosign, registry
 KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "gitlab://",
                "pkcs11:")
 MAX_LAYERS = 64  # signatures or attestations read per image: a tag that holds more is odd
+MAX_BLOB = 64 << 20  # a payload or envelope larger than this is not read (an SBOM is ~100 kB)
 
 
 def load_signing_key(spec: str, env: Mapping[str, str] | None = None) -> cosign.SigningKey:
@@ -87,6 +88,8 @@ def fetch_layers(repo: registry.Repository, tag: str) -> list[cosign.Layer] | No
     _, doc = got
     out = []
     for d in (doc.get("layers") or [])[:MAX_LAYERS]:
+        if not isinstance(d, dict) or not 0 <= int(d.get("size") or 0) <= MAX_BLOB:
+            continue
         out.append(cosign.Layer(str(d.get("mediaType")), dict(d.get("annotations") or {}),
                                 registry.get_blob(repo, str(d.get("digest")))))
     return out

@@ -110,6 +110,7 @@ class Outcome:
             "seconds": round(self.seconds, 1), "size_bytes": b.size_bytes,
             "smoke": g.report.to_dict() if g.report else None, "pushed": list(p.pushed),
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
+            "signed": list(p.signed),
             "push": None if p.compression is None else {
                 "compression": p.compression, "sent_bytes": p.sent_bytes,
                 "reused_layers": p.reused_layers, "cached_layers": p.cached_layers,
