@@ -403,3 +403,15 @@ def test_signing_comes_after_the_gate_and_a_failed_signing_moves_no_tag(monkeypa
     build.publish(plan, build.Gate(None, False, "no smoke test ran"), _Engine(events), repo,
                   push=True, signer=key)
     assert events == []
+
+
+def test_only_what_this_run_made_and_passed_is_signed():
+    from imgbuild.image.smoke import SmokeReport
+    from imgbuild.pipeline.build import Gate, why_not_sign
+
+    passed = Gate(SmokeReport("r", True, (), 1.0, {"ok": True}, "sha256:1"), True)
+    for action in ("built", "local", "spliced", None):
+        assert why_not_sign(action, passed) is None
+    assert "pulled from the registry" in why_not_sign("pulled", passed)
+    assert "--force" in why_not_sign("built", Gate(passed.report, True, forced=True))
+    assert "no smoke test ran" in why_not_sign("built", Gate(None, False, "no smoke test ran"))

@@ -526,16 +526,14 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
                 attest.push(repo, digest, docs)
                 progress.note(f"pushed the SBOM and provenance of {plan.ref()}@{digest[:19]}…")
             if signer is not None:
-                if gated.open and not gated.forced:
+                unsigned = why_not_sign(built.action if built is not None else None, gated)
+                if unsigned is None:
                     signed = sign_published(repo, digest, signer)
                     progress.note(f"signed {plan.ref()}@{digest[:19]}… with {signer.source}"
                                   + (f": {', '.join(signed)}" if signed else
                                      " (its signature and attestations were there already)"))
                 else:
-                    progress.note(f"{plan.ref()} not signed: a signature vouches for an image "
-                                  "that passed its smoke test ("
-                                  + ("--force moved its tags" if gated.forced else
-                                     gated.held or "the gate is closed") + ")", level="warn")
+                    progress.note(f"{plan.ref()} not signed: {unsigned}", level="warn")
         if held is None:
             build_cache = keep_build_cache(plan, repo, digest, progress)
     moved: list[str] = []
@@ -589,6 +587,21 @@ def signing_key(spec: str | None, *, push: bool,
                                   "signed-by in images/registries.yaml: the moving tags move "
                                   "only onto an image the policy accepts")
     return key
+
+
+def why_not_sign(action: str | None, gated: Gate) -> str | None:
+    """Why this run does not sign what it published (None: it signs). A signature says the
+    project's CI made this image and it passed its smoke test: not for an image whose test
+    failed or did not run, nor for one this run only pulled from the registry (whoever pushed
+    it there without the key, with a passing report beside it, would get it signed)."""
+    if gated.forced:
+        return "its smoke test failed and --force moved its tags; a signature vouches for a pass"
+    if not gated.open:
+        return f"a signature vouches for a passing smoke test ({gated.held or 'none'})"
+    if action == "pulled":
+        return ("it was pulled from the registry, not built here; it keeps the signatures it "
+                "has there (`--rebuild` builds and signs it)")
+    return None
 
 
 def sign_published(repo: registry.Repository, digest: str, signer: SigningKey) -> list[str]:
