@@ -415,3 +415,8 @@ def test_only_what_this_run_made_and_passed_is_signed():
     assert "pulled from the registry" in why_not_sign("pulled", passed)
     assert "--force" in why_not_sign("built", Gate(passed.report, True, forced=True))
     assert "no smoke test ran" in why_not_sign("built", Gate(None, False, "no smoke test ran"))
+    theirs = SmokeReport("r", True, (), 1.0, {"ok": True}, "sha256:1",
+                         reused="registry, r@sha256:1")
+    assert "the registry stores" in why_not_sign("local", Gate(theirs, True))
+    mine = SmokeReport("r", True, (), 1.0, {"ok": True}, "sha256:1", reused="local cache, run x")
+    assert why_not_sign("local", Gate(mine, True)) is None

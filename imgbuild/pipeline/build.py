@@ -601,6 +601,10 @@ def why_not_sign(action: str | None, gated: Gate) -> str | None:
     if action == "pulled":
         return ("it was pulled from the registry, not built here; it keeps the signatures it "
                 "has there (`--rebuild` builds and signs it)")
+    reused = gated.report.reused if gated.report is not None else None
+    if reused and reused.startswith("registry"):
+        return (f"its smoke report is the one the registry stores ({reused}), not one made "
+                "here (`--resmoke` runs it here, then signs)")
     return None
 
 
