@@ -359,7 +359,8 @@ def test_signing_comes_after_the_gate_and_a_failed_signing_moves_no_tag(monkeypa
                                                                        fails):
     """publish(), its registry calls faked: the content tag held for this very image, a passing
     gate. The image is signed before any moving tag moves; a signing that fails moves none."""
-    from imgbuild.image import attest, registry as reg
+    from imgbuild.image import attest
+    from imgbuild.image import registry as reg
     from imgbuild.image.smoke import SmokeReport
     from imgbuild.pipeline import build
     from imgbuild.plan.decide import make_plan

@@ -126,7 +126,7 @@ def test_imgbuild_accepts_what_cosign_signed(repo, tmp_path):
     k = str(KEYS / "cosign.key")
     r = cosign_cli("sign", "--key", k, "--tlog-upload=false", "--yes", *HTTP, ref)
     assert r.returncode == 0, r.stderr
-    for kind, (ptype, predicate) in zip(("cyclonedx", "slsaprovenance1"), PREDICATES.items()):
+    for kind, predicate in zip(("cyclonedx", "slsaprovenance1"), PREDICATES.values()):
         (tmp_path / f"{kind}.json").write_text(json.dumps(predicate))
         r = cosign_cli("attest", "--key", k, "--tlog-upload=false", "--yes", *HTTP,
                        "--type", kind, "--predicate", str(tmp_path / f"{kind}.json"), ref)

@@ -251,8 +251,13 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
     registry = f"{REGISTRY_HOST}/imgbuild-wf-{uuid.uuid4().hex[:8]}"
     src = _source(tmp_path)
+    # The signing key as the secrets hold it: a cosign key (tests/fixtures/cosign) and its
+    # password.
+    keys = ROOT / "tests" / "fixtures" / "cosign"
     event = {"name": "workflow_dispatch", "inputs": {"targets": "tiny-cpu", "relock": False},
-             "vars": {"REGISTRY": registry}, "secrets": {}}
+             "vars": {"REGISTRY": registry},
+             "secrets": {"COSIGN_PRIVATE_KEY": (keys / "cosign.key").read_text(),
+                         "COSIGN_PASSWORD": "imgbuild-test"}}
     home = tmp_path / "home"
     home.mkdir()
 
@@ -272,6 +277,17 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     assert build["smoke"]["ok"] is True
     assert any(p.startswith(f"{registry}:tiny-cpu@") for p in build["pushed"])
     content = build["content_tag"]
+    # Signed after the smoke test, before the tags moved: imgbuild verify accepts it under the
+    # key (cosign's side of the same: tests/test_verify.py, tests/test_sign_interop.py).
+    pushed = next(p for p in build["pushed"] if p.startswith(content + "@")).split("@")[1]
+    assert build["signed"] == [pushed.replace(":", "-") + ".sig", pushed.replace(":", "-") + ".att"]
+    from imgbuild.catalog.registries import SignPolicy
+    from imgbuild.image import registry as reg
+    from imgbuild.image import signstore
+
+    checks, _ = signstore.checks(reg.Repository.parse(registry), pushed,
+                                 SignPolicy("test", key=str(keys / "cosign.pub")))
+    assert all(ok for _, ok, _ in checks), checks
     # The runner pushed once and kept no copy of the compressed layers (the workflow's env).
     assert build["push"]["cached_layers"] == 0
     assert not (home / ".cache" / "imgbuild" / "blobs" / "layers").exists()

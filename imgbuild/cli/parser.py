@@ -137,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
                    help="layer compression of the push (default: the --registry's rule in "
                         "images/registries.yaml, else gzip). zstd is smaller and faster to "
                         "unpack, and read only by containerd >= 1.5 and Docker Engine >= 23")
-    s.add_argument("--sign-key", metavar="KEY", default=os.environ.get("IMGBUILD_SIGN_KEY"),
+    s.add_argument("--sign-key", metavar="KEY",
+                   default=os.environ.get("IMGBUILD_SIGN_KEY") or None,
                    help="with --push, sign the image and attest its SBOM and provenance in "
                         "Sigstore cosign's format once its smoke test passed, before its moving "
                         "tags move: a cosign key file (`cosign generate-key-pair`; its password "
