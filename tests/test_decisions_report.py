@@ -226,6 +226,30 @@ def test_image_and_status_classes_claim_no_more_than_the_words():
     assert H.STATUS_CLASS[PTX] == "warn" and H.STATUS_CLASS[NONE] == "bad"
 
 
+def test_the_published_block_says_whether_and_by_whom_it_is_signed():
+    from dataclasses import replace
+
+    from imgbuild.catalog.registries import SignPolicy
+    from imgbuild.pipeline.report import TargetSection, signature_words
+
+    t = TargetSection("t", "", "sglang", "1", (), (), (), (), ())
+    assert signature_words(None, [], 0, "reg/r") == "not signed"
+    assert "2 cosign signatures stored; no signed-by policy for reg/r" in \
+        signature_words(None, [], 2, "reg/r")
+    policy = SignPolicy("images/registries.yaml", key="k.pub")
+    ok = [("signature", True, "signed by sha256:1234 (the policy's key)"),
+          ("attestation cyclonedx", True, "https://cyclonedx.org/bom, signed by sha256:1234")]
+    words = signature_words(policy, ok, 0, "reg/r")
+    assert words.startswith("signed by sha256:1234") and "NOT" not in words
+    bad = signature_words(policy, [ok[0], ("attestation slsaprovenance1", False, "none")], 0,
+                          "reg/r")
+    assert bad.startswith("NOT accepted by the signed-by policy (images/registries.yaml)")
+    assert "attestation slsaprovenance1: none" in bad
+    html = H._published(t, _sec(replace(_pub(), signature=words)))
+    assert "<b>signature</b>: signed by sha256:1234" in html
+    assert "<b>signature</b>" not in H._published(t, _sec(_pub()))
+
+
 def test_the_published_block_says_what_was_stored():
     from imgbuild.pipeline.report import TargetSection
     t = TargetSection("t", "", "sglang", "1", (), (), (), (), ())

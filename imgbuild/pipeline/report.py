@@ -21,8 +21,10 @@ from packaging.version import InvalidVersion, Version
 from ..catalog.failures import Fingerprint
 from ..catalog.hardware import Gpu
 from ..catalog.models import ModelProfile
+from ..catalog.registries import SignPolicy
 from ..catalog.targets import PLATFORMS
 from ..errors import ImgbuildError
+from ..image import cosign, signstore
 from ..image import registry as reg
 from ..lock import kernels
 from ..lock.lockfile import Lockfile
@@ -101,6 +103,7 @@ class Published:
     layers: tuple[Layer, ...] = ()
     smoke: Smoke | None = None
     smoke_tag: str | None = None  # where the report is stored (sha256-<hex>.smoke)
+    signature: str | None = None  # its cosign signature, as the registry's policy reads it
 
     @property
     def total_bytes(self) -> int:
@@ -272,7 +275,8 @@ def _platform(ws: Workspace, name: str, plan: Plan,
     repo_name = repo.name if repo else "REGISTRY/REPO"
     pull = (f"imgbuild pull {name} --registry {repo_name}"
             + (f" --platform {plan.platform}" if multi else ""))
-    published = _published(repo, plan) if repo is not None else None
+    published = _published(repo, plan, ws.registries.policy_for(repo.name)) \
+        if repo is not None else None
     docker_pull = (f"docker pull {repo.name}@{published.digest}"
                    if repo is not None and published and published.digest else None)
     return PlatformSection(
@@ -302,7 +306,7 @@ def _lock_lines(path, display: str, lock: Lockfile,
     return tuple(out)
 
 
-def _published(repo: reg.Repository, plan: Plan) -> Published:
+def _published(repo: reg.Repository, plan: Plan, policy: SignPolicy | None = None) -> Published:
     tag = plan.content_tag
     digest = reg.manifest_digest(repo, tag)
     ref = f"{repo.name}:{tag}"
@@ -321,7 +325,33 @@ def _published(repo: reg.Repository, plan: Plan) -> Published:
     doc = reg.fetch_report(repo, digest)
     return Published(repo.name, ref, digest, tuple(layers),
                      _smoke(doc) if doc is not None else None,
-                     reg.report_tag(digest) if doc is not None else None)
+                     reg.report_tag(digest) if doc is not None else None,
+                     _signature(repo, digest, policy))
+
+
+def _signature(repo: reg.Repository, digest: str, policy: SignPolicy | None) -> str:
+    """Whether, and by whom, the image is signed: against the registry's signed-by policy
+    where it has one; else only how many cosign signatures are stored (no key to check them)."""
+    if policy is None:
+        sigs = signstore.fetch_layers(repo, cosign.sig_tag(digest)) or []
+        return signature_words(None, [], len(sigs), repo.name)
+    checks, _ = signstore.checks(repo, digest, policy)
+    return signature_words(policy, checks, 0, repo.name)
+
+
+def signature_words(policy: SignPolicy | None, checks: list, stored: int,
+                    repository: str) -> str:
+    """The page's words for an image's signature, from the policy's checks (or, with no
+    policy, the number of signatures stored)."""
+    if policy is None:
+        if not stored:
+            return "not signed"
+        return (f"{stored} cosign signature{'s' if stored != 1 else ''} stored; no signed-by "
+                f"policy for {repository} names a key to check them against")
+    bad = [f"{c}: {d}" for c, ok, d in checks if not ok]
+    if bad:
+        return f"NOT accepted by the signed-by policy ({policy.where}): " + "; ".join(bad)
+    return "; ".join(d for _, _, d in checks)
 
 
 def _step(created_by: str, comment: str = "") -> str:

@@ -329,6 +329,8 @@ def _published(t: TargetSection, p: PlatformSection) -> str:
         lines.append(f'<p>where the bytes are (each layer, compressed, as the manifest says; '
                      f'the step from the image config\'s history):</p><div class="bars">{bars}'
                      "</div>")
+    if pub.signature is not None:
+        lines.append(f"<p><b>signature</b>: {e(pub.signature)}</p>")
     sm = pub.smoke
     if sm is None:
         lines.append("<p>smoke report: none stored for this digest</p>")
