@@ -329,6 +329,9 @@ registries:
     ("signed-by: {}", "exactly one of"),
     ("signed-by: {key: a.pub, attestations: [spdx]}", "a list of: cyclonedx, slsaprovenance1"),
     ("signed-by: {kee: a.pub}", "kee"),
+    ("signed-by: {key: a.pub, attestations: [{x: 1}]}", "a list of"),
+    ("signed-by: [a.pub]", "signed-by"),
+    ("signed-by: {keyless: {issuer: i}}", "subject"),
 ])
 def test_a_bad_signed_by_is_a_spec_error(tmp_path, entry, said):
     with pytest.raises(SpecError, match=said):

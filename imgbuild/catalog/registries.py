@@ -102,7 +102,7 @@ def _policy(doc: Doc) -> SignPolicy:
     doc.reject_unknown({"key", "keyless", "attestations"})
     atts = doc.get("attestations", list, list(ATTESTATION_TYPES))
     for a in atts:
-        if a not in ATTESTATION_TYPES:
+        if not isinstance(a, str) or a not in ATTESTATION_TYPES:
             raise SpecError(doc.path, doc.key("attestations"),
                             "a list of: " + ", ".join(ATTESTATION_TYPES), a)
     if ("key" in doc.data) == ("keyless" in doc.data):
