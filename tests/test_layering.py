@@ -317,6 +317,7 @@ DEFERRED = {
     ("imgbuild.pipeline.build", "imgbuild.image.cosign"): "to sign, with --sign-key",
     ("imgbuild.pipeline.build", "imgbuild.image.signstore"): "likewise",
     ("imgbuild.image.attest", "imgbuild.image.signstore"): "verify under a signed-by policy",
+    ("imgbuild.pipeline.obtain", "imgbuild.image.signstore"): "a pull under a signed-by policy",
     ("imgbuild.cli.views.image", "imgbuild.image.cosign"): "likewise, cosign's own command",
     ("imgbuild.cli.views.image", "imgbuild.image.registry"): "likewise",
 }

@@ -236,3 +236,14 @@ def test_run_refuses_an_image_swapped_under_a_signed_tag(repo, key, tmp_path, co
     assert f"{repo.name}@{swapped} is not signed as" in r.stderr
     assert "none: the registry holds no" in r.stderr and "nothing was pulled" in r.stderr
     assert "pull of" not in r.stderr  # the Engine was never asked
+    # A build that finds the content tag in the registry pulls it instead of building: the
+    # same policy first.
+    from imgbuild.image import daemon
+    from imgbuild.pipeline.obtain import obtain
+    from imgbuild.plan.decide import make_plan
+    from imgbuild.workspace import Workspace
+
+    ws = Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
+    plan = make_plan(ws, "tiny-cpu", repository=repo.name)
+    with pytest.raises(JobFailed, match=f"{repo.name}@{swapped} is not signed as"):
+        obtain(ws, plan, ws.target("tiny-cpu", plan.platform).lock(), daemon.client(), repo)

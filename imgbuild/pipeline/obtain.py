@@ -68,6 +68,13 @@ def obtain(ws: Workspace, plan: Plan, lock: Lockfile, client, repo: registry.Rep
             progress.note(f"{plan.ref()} is already here: nothing to build")
             return Built("local", img.id, img.attrs.get("Size", 0))
         if repo.host and (digest := registry.manifest_digest(repo, plan.content_tag)):
+            policy = ws.registries.policy_for(repo.name)
+            if policy is not None:
+                # As `imgbuild pull`: nothing the registry's signed-by policy refuses is
+                # pulled (imported on use: the crypto, for a registry with a policy only).
+                from ..image import signstore
+
+                signstore.enforce(repo, digest, policy, plan.ref())
             # By digest: checked by the Engine.
             registry.pull(client, plan.ref(), digest, progress)
             img = client.images.get(plan.ref())
