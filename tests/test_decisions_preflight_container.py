@@ -170,3 +170,22 @@ def test_the_catalog_must_keep_the_failures_the_image_names(tmp_path):
                             tuple(f for f in FAILURES.fingerprints if f.id != "jit-noexec-tmp"))
     with pytest.raises(catalog.SpecError, match="jit-noexec-tmp missing"):
         catalog.preflight_sentences(broken)
+
+
+def test_the_container_only_check_is_silent_when_all_pass_and_speaks_on_stderr(monkeypatch,
+                                                                              capsys):
+    """With the host check skipped (`imgbuild run`, --no-preflight), stdout is the server's or
+    the command's: the container's check says nothing when nothing is found, and what it finds
+    goes to stderr."""
+    from imgbuild.payload import preflight as pf
+
+    ok = [(pf.Verdict("user", pf.PASS, "uid 0 (root)"), None)]
+    monkeypatch.setattr(pf, "container_checks", lambda: ok)
+    assert pf._container_main(False) == 0
+    assert capsys.readouterr() == ("", "")
+    bad = ok + [(pf.Verdict("caches", pf.WARN, "HF_HOME not writable"),
+                 pf.Said("cache-dir-not-writable", (("path", "/root/.cache/huggingface"),)))]
+    monkeypatch.setattr(pf, "container_checks", lambda: bad)
+    assert pf._container_main(False) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "imgbuild preflight (the container)" in err and "caches" in err

@@ -27,6 +27,7 @@ Exit status: 0 when no check failed (pass, warn or skip), 1 when one did, 2 for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -1031,10 +1032,14 @@ def _container_main(as_json: bool) -> int:
         print(json.dumps({"verdicts": [asdict(v) for v, _ in found],
                           "doctor": [{"id": x.failure, "values": dict(x.values)}
                                      for x in said]}, indent=2))
-    else:
-        print("imgbuild preflight (the container)")
-        print(format_table([v for v, _ in found]))
-        _print_doctor(said)
+    elif said:
+        # On stderr, and only when there is something to say: with the host check skipped
+        # (`imgbuild run`, --no-preflight) stdout is the server's, or the command's a user
+        # runs through the entrypoint.
+        with contextlib.redirect_stdout(sys.stderr):
+            print("imgbuild preflight (the container)")
+            print(format_table([v for v, _ in found]))
+            _print_doctor(said)
     return 0
 
 
