@@ -64,7 +64,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -134,7 +134,7 @@ def start_state(root: Path = ROOT, now: Callable[[], datetime] | None = None) ->
     dirty = [ln for ln in git("status", "--porcelain").splitlines() if ln.strip()]
     return {"commit": commit, "short": commit[:7], "dirty": bool(dirty),
             "dirty_paths": len(dirty),
-            "started": (now or (lambda: datetime.now(timezone.utc)))().isoformat(
+            "started": (now or (lambda: datetime.now(UTC)))().isoformat(
                 timespec="seconds")}
 
 
@@ -732,7 +732,7 @@ def main() -> None:
                        save=lambda d: (finish(d, planned, skipped, start, explained),
                                        _save(d)))
     doc["run"] |= summary | {
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        "finished": datetime.now(UTC).isoformat(timespec="seconds")}
     finish(doc, planned, skipped, start, explained)
     _save(doc)
     print(format_table(doc["table"]), file=sys.stderr)

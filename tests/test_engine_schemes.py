@@ -429,6 +429,7 @@ def probe(image: str, model: Path, mounts: dict[str, Path] | None = None) -> tup
 
 
 @pytest.mark.slow
+@pytest.mark.docker
 def test_probe_in_the_image_patched_vs_unpatched(sglang_0516_image, unpatched_files,
                                                  smoke_checkpoints):
     img, ck = sglang_0516_image, smoke_checkpoints
@@ -522,6 +523,7 @@ def test_the_scheme_probes_are_what_their_notes_say():
 
 
 @pytest.mark.slow
+@pytest.mark.docker
 def test_the_unpatched_image_fails_the_stage_with_sglangs_own_error(sglang_0516_image,
                                                                       images_copy):
     """SGLang 0.5.16 built without its patches (a copy of images/ without `patches:`): the
@@ -582,6 +584,7 @@ def test_check_model_says_where_the_wheels_and_the_engine_disagree(mixed_ckpt):
 
 
 @pytest.mark.slow
+@pytest.mark.docker
 def test_check_model_asks_the_images_own_engine(sglang_0516_image, smoke_checkpoints):
     mixed = smoke_checkpoints["mixed"]
     r = run_imgbuild("check-model", str(mixed), "--image", sglang_0516_image, "--json")

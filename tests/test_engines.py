@@ -613,7 +613,7 @@ def test_a_rebuild_with_no_cache_on_a_fresh_engine_gives_the_same_layers(tmp_pat
     Sequence.ok(run_imgbuild("base", "bootstrap", "--base", "debian-bookworm", "--registry",
                              repo, "--json", env=shared.env))
     layers = []
-    for n in range(2):
+    for _ in range(2):
         with fresh_engine(bin_dir=bin_dir, containerd_store=True) as engine:
             doc = Sequence.ok(run_imgbuild("tiny-cpu", "--registry", repo, "--no-smoke",
                                            "--no-cache-from", "--json", env=engine.env))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from imgbuild.errors import EnvError
-from imgbuild.lock import checkcache, resolve as resolve_mod
+from imgbuild.lock import checkcache
+from imgbuild.lock import resolve as resolve_mod
 from imgbuild.lock.checkcache import CheckInputs, check_key
 from imgbuild.lock.lockfile import LockRequest
 from imgbuild.lock.resolve import OverrideStatus, check_overrides, ensure_lock

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from ..errors import EnvError
 
-
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 
 

@@ -323,7 +323,7 @@ def cache_refs(plan: Plan, repo: registry.Repository, opts: BuildOptions) -> tup
     staging one), after the target's own."""
     own = own_cache_refs(plan, repo, opts)
     if opts.no_cache or not opts.cache_from:
-        return own
+        return ()
     return (*own, *(r for r in dict.fromkeys(opts.cache_from_refs) if r not in own))
 
 
