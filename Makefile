@@ -73,6 +73,11 @@ XDIST := $(if $(filter 0,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadgroup)
 test: setup
 	OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -m "not slow" $(XDIST) --durations=25 $(PYTEST_ARGS)
 
+# Ruff, at the version the tree is clean under (pyproject.toml [tool.ruff] holds the rules); uvx
+# fetches it once, so the dev lock does not carry a linter the tests never import.
+lint:
+	uvx ruff@0.17.6 check imgbuild tests bench docs scripts
+
 test-slow: setup
 	.venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
 
