@@ -117,8 +117,16 @@ SHOW = ("import json, sys\n"
         "from mutmut.mutation.diff_apply import get_diff_for_mutant\n"
         "print(json.dumps({n: get_diff_for_mutant(n, path=sys.argv[1])\n"
         "                  for n in json.load(sys.stdin)}))\n")
-ALSO_COPY = ["images", "lockfiles", "tests", "requirements", "README.md", "Makefile",
-             "scripts", ".github", "bench", "setup.py", "MANIFEST.in"]
+# What mutmut copies into mutants/ beside the package: every top-level entry of the commit
+# (git archive), read from the scratch tree, so a new one (docs/ and mkdocs.yml, which
+# tests/test_docs.py builds) is not missing there and failing every clean run that reaches it.
+NOT_COPIED = {PACKAGE, "pyproject.toml"}  # mutmut lays out the package; the config is read here
+
+
+def also_copy(tree: Path) -> list[str]:
+    return sorted(p.name for p in tree.iterdir() if p.name not in NOT_COPIED)
+
+
 JUDGED = ("killed", "survived", "timeout")
 
 
@@ -510,7 +518,7 @@ def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float 
             f.write("\n[tool.mutmut]\n"
                     f'source_paths = ["{PACKAGE}"]\n'
                     f"only_mutate = {json.dumps(modules)}\n"
-                    f"also_copy = {json.dumps(ALSO_COPY)}\n"
+                    f"also_copy = {json.dumps(also_copy(tree))}\n"
                     f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
                     f'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-m", '
                     f'"{DESELECT_FOR.get(modules[0], DESELECT)}", "-k", "{K_MUTMUT}"]\n')
