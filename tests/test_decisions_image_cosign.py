@@ -252,11 +252,12 @@ def test_judge_asks_what_the_policy_asks(key):
     assert [ok for _, ok, _ in missing] == [True, True, False]
 
 
-def test_keyless_is_refused_saying_what_it_needs():
+def test_keyless_without_a_trust_root_is_refused_saying_what_it_needs():
+    # The keyless checks themselves: tests/test_keyless.py.
     policy = SignPolicy("r.yaml", issuer="https://token.actions.githubusercontent.com",
                         subject="https://github.com/acme/x/.github/workflows/ci.yml@refs/heads/main")
     [(what, ok, detail)] = cosign.judge(policy, DIGEST, None, None, None)
-    assert not ok and "keyless verification needs" in detail
+    assert not ok and "names no trust-root" in detail
 
 
 def test_merged_keeps_other_signers_and_adds_nothing_twice(key, other):

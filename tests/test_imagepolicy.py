@@ -82,6 +82,17 @@ def test_a_keyless_policy_names_its_identity():
                         "subject": "repo:acme/x:ref:refs/heads/main"}]}
 
 
+@pytest.mark.parametrize("tlog, sct", [(True, True), (False, False)])
+def test_a_keyless_policy_with_a_trust_root_refers_to_it(tlog, sct):
+    doc = cluster_image_policy(REPO, SignPolicy("r.yaml", issuer="https://i.example",
+                                                subject="s", trust_root="root.json",
+                                                tlog=tlog, sct=sct), None)
+    valid(doc)
+    a = doc["spec"]["authorities"][0]
+    assert a["keyless"]["trustRootRef"] == doc["metadata"]["name"]
+    assert ("ctlog" in a) is tlog and ("insecureIgnoreSCT" in a["keyless"]) is not sct
+
+
 def test_a_misspelt_field_is_caught_by_the_check():
     doc = cluster_image_policy(REPO, SignPolicy("r.yaml", key="k.pub"), PEM)
     doc["spec"]["authorities"][0]["key"]["pem"] = doc["spec"]["authorities"][0]["key"].pop("data")

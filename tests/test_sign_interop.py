@@ -13,12 +13,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from imgbuild.catalog.registries import SignPolicy
 from imgbuild.errors import JobFailed
-from imgbuild.image import cosign, registry, signstore
+from imgbuild.image import cosign, keyless, registry, signstore
 from imgbuild.image.registry import Repository
 
 from .conftest import ROOT, checkout_workspace
@@ -39,12 +41,13 @@ PREDICATES = {"https://cyclonedx.org/bom": {"bomFormat": "CycloneDX", "specVersi
                   "runDetails": {"builder": {"id": "imgbuild test"}}}}
 
 
-def cosign_cli(*args: str, password: str = PASSWORD) -> subprocess.CompletedProcess:
+def cosign_cli(*args: str, password: str = PASSWORD, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
     if not COSIGN.exists():
         pytest.skip("skipped: no cosign (make services installs it)")
     return subprocess.run([str(COSIGN), *args], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, COSIGN_PASSWORD=password,
-                                   HOME=os.environ.get("HOME", "/tmp")))
+                                   HOME=os.environ.get("HOME", "/tmp"), **(env or {})))
 
 
 def imgbuild(*args: str, images: Path | None = None) -> subprocess.CompletedProcess:
@@ -247,3 +250,78 @@ def test_run_refuses_an_image_swapped_under_a_signed_tag(repo, key, tmp_path, co
     plan = make_plan(ws, "tiny-cpu", repository=repo.name)
     with pytest.raises(JobFailed, match=f"{repo.name}@{swapped} is not signed as"):
         obtain(ws, plan, ws.target("tiny-cpu", plan.platform).lock(), daemon.client(), repo)
+
+
+# --- keyless: real cosign signing with a leaf of the TEST STAND-IN CA ---------------------------
+
+def test_cosign_keyless_with_a_standin_ca_is_accepted_and_checked_by_both(repo, tmp_path):
+    """Real cosign signs and attests with a short-lived leaf the stand-in CA issued in Fulcio's
+    place (a GitHub Actions workflow identity, an SCT from the stand-in CT log), no
+    transparency log (--tlog-upload=false: nothing leaves the machine). imgbuild accepts it
+    under a keyless policy that opts out of the log (`tlog: false`), refuses it under the
+    default (the log required), and cosign verifies it against the same trusted_root.json."""
+    from .sigstore_standin import GHA_ISSUER, GHA_SUBJECT, StandIn, cert_pem
+
+    standin = StandIn.make()
+    # The signing key is cosign's own (the leaf's key pair); the stand-in certifies it.
+    r = cosign_cli("generate-key-pair", "--output-key-prefix", str(tmp_path / "leaf"))
+    assert r.returncode == 0, r.stderr
+    leaf_key = cosign.load_private_key((tmp_path / "leaf.key").read_bytes(), PASSWORD.encode(),
+                                       "leaf.key").key
+    (tmp_path / "leaf.pem").write_text(cert_pem(standin.leaf(leaf_key)))
+    (tmp_path / "chain.pem").write_text(standin.chain_pem())
+    (tmp_path / "trusted_root.json").write_text(json.dumps(standin.trusted_root()))
+    # cosign checks the leaf's SCT when it signs: the stand-in CT log's key, not Sigstore's TUF.
+    (tmp_path / "ct.pub").write_text(standin.ct_public_pem())
+    ct_env = {"SIGSTORE_CT_LOG_PUBLIC_KEY_FILE": str(tmp_path / "ct.pub")}
+    digest = push_image(repo, "v1", b"signed keyless by cosign")
+    ref = f"{repo.name}@{digest}"
+    with_cert = ["--key", str(tmp_path / "leaf.key"), "--certificate", str(tmp_path / "leaf.pem"),
+                 "--certificate-chain", str(tmp_path / "chain.pem"), "--tlog-upload=false",
+                 "--yes", *HTTP]
+    r = cosign_cli("sign", *with_cert, ref, env=ct_env)
+    assert r.returncode == 0, r.stderr
+    for ptype, predicate in PREDICATES.items():
+        kind = next(k for k, v in cosign.ATTESTATION_TYPES.items() if v == ptype)
+        (tmp_path / f"{kind}.json").write_text(json.dumps(predicate))
+        r = cosign_cli("attest", *with_cert, "--type", kind, "--predicate",
+                       str(tmp_path / f"{kind}.json"), ref, env=ct_env)
+        assert r.returncode == 0, r.stderr
+
+    policy = SignPolicy(str(tmp_path / "registries.yaml"), issuer=GHA_ISSUER,
+                                  subject=GHA_SUBJECT, trust_root="trusted_root.json", tlog=False)
+    found, _ = signstore.checks(repo, digest, policy)
+    assert [ok for _, ok, _ in found] == [True, True, True], found
+    # What a keyless build records: the identity read back from the signature.
+    [layer] = signstore.fetch_layers(repo, cosign.sig_tag(digest))
+    who = keyless.leaf_identity(layer.annotations)
+    assert (who.subject, who.issuer) == (GHA_SUBJECT, GHA_ISSUER)
+
+    # The log is required unless the policy opts out: cosign's signature has no bundle.
+    strict = replace(policy, tlog=True)
+    with pytest.raises(JobFailed) as e:
+        signstore.enforce(repo, digest, strict, ref)
+    assert "no Rekor bundle" in " ".join(e.value.facts)
+    other = replace(policy, subject="https://github.com/evil/x/.github/workflows/a.yml"
+                                              "@refs/heads/main")
+    with pytest.raises(JobFailed) as e:
+        signstore.enforce(repo, digest, other, ref)
+    assert f"a certificate for {GHA_SUBJECT}" in " ".join(e.value.facts)
+
+    # cosign checks the same. Measured with cosign 2.5: for these (annotation-format)
+    # signatures its verify reaches Sigstore's TUF for the Fulcio roots even with
+    # --trusted-root, so offline it is given the CA chain and the CT log key instead.
+    line = cosign.cosign_commands(policy, None, ref, plain_http=True)
+    assert "--trusted-root" in line[0] and "--insecure-ignore-tlog=true" in line[0]
+    offline = ["--certificate-chain", str(tmp_path / "chain.pem"), "--insecure-ignore-tlog=true",
+               *HTTP]
+    r = cosign_cli("verify", "--certificate-identity", GHA_SUBJECT, "--certificate-oidc-issuer",
+                   GHA_ISSUER, *offline, ref, env=ct_env)
+    assert r.returncode == 0, r.stderr
+    r = cosign_cli("verify", "--certificate-identity", "https://github.com/evil/x",
+                   "--certificate-oidc-issuer", GHA_ISSUER, *offline, ref, env=ct_env)
+    assert r.returncode != 0
+    r = cosign_cli("verify-attestation", "--type", "cyclonedx", "--certificate-identity",
+                   GHA_SUBJECT, "--certificate-oidc-issuer", GHA_ISSUER, *offline, ref,
+                   env=ct_env)
+    assert r.returncode == 0, r.stderr

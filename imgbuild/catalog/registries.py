@@ -22,7 +22,9 @@ checks and `pull` and `run` enforce before any layer is downloaded (image/cosign
         signed-by:
           keyless: {issuer: https://token.actions.githubusercontent.com,
                     subject: https://github.com/acme/serving/.github/workflows/ci.yml@refs/heads/main,
-                    trust-root: /etc/imgbuild/trusted_root.json}
+                    trust-root: /etc/imgbuild/trusted_root.json}  # Sigstore's
+          # tlog: false    a signature with no Rekor entry (cosign --insecure-ignore-tlog)
+          # sct: false     a certificate with no SCT (cosign --insecure-ignore-sct)
 
 A rule with `signed-by` alone keeps the compression of the rule below it (or the default); the
 policy is the longest matching rule's that has one."""
@@ -59,6 +61,8 @@ class SignPolicy:
     issuer: str | None = None  # keyless: the OIDC issuer
     subject: str | None = None  # keyless: the certificate's identity
     trust_root: str | None = None  # keyless: the trusted root (for air-gapped hosts), a path
+    tlog: bool = True  # keyless: a Rekor bundle required (false: --insecure-ignore-tlog)
+    sct: bool = True  # keyless: an SCT in the certificate is required (--insecure-ignore-sct)
     attestations: tuple[str, ...] = tuple(ATTESTATION_TYPES)
 
     @property
@@ -115,9 +119,10 @@ def _policy(doc: Doc) -> SignPolicy:
             raise SpecError(doc.path, doc.key("key"), "a public key's path or PEM", key)
         return SignPolicy(doc.path, key=key, attestations=tuple(atts))
     k = doc.sub("keyless", doc.get("keyless", dict))
-    k.reject_unknown({"issuer", "subject", "trust-root"})
+    k.reject_unknown({"issuer", "subject", "trust-root", "tlog", "sct"})
     return SignPolicy(doc.path, issuer=k.get("issuer", str), subject=k.get("subject", str),
-                      trust_root=k.get("trust-root", str, None), attestations=tuple(atts))
+                      trust_root=k.get("trust-root", str, None), tlog=k.get("tlog", bool, True),
+                      sct=k.get("sct", bool, True), attestations=tuple(atts))
 
 
 def _compression(doc: Doc, key: str = "compression") -> str:

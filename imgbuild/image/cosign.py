@@ -17,7 +17,10 @@ read it (sigstore/cosign pkg/oci/static, pkg/cosign/verify.go, pkg/types):
 Keys: ECDSA P-256 (cosign's default). A cosign key pair's private half is a PEM `ENCRYPTED
 SIGSTORE PRIVATE KEY` (`ENCRYPTED COSIGN PRIVATE KEY` before 2.0): a JSON envelope of
 secure-systems-lab's `encrypted` package, the PKCS#8 key sealed with NaCl secretbox under a key
-scrypt derives from the password (cosign's COSIGN_PASSWORD)."""
+scrypt derives from the password (cosign's COSIGN_PASSWORD).
+
+Keyless signatures (a Fulcio certificate, a Rekor bundle) are checked in image/keyless.py
+against the policy's trust root file; this module picks the layers and the payloads."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -33,6 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
+from . import keyless
 
 SIG_LAYER = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIG_ANNOTATION = "dev.cosignproject.cosign/signature"
@@ -354,18 +359,116 @@ def check_attestation(image_digest: str, layers: list[Layer] | None,
             + (": " + "; ".join(sorted(set(seen))) if seen else " (none of that type)"))
 
 
+def _keyless_want(policy: SignPolicy) -> keyless.Expect:
+    return keyless.Expect(str(policy.subject), str(policy.issuer), policy.tlog, policy.sct)
+
+
+def _who(policy: SignPolicy) -> str:
+    return f"{policy.subject} (issuer {policy.issuer})"
+
+
+def check_keyless_signature(image_digest: str, layers: list[Layer] | None, policy: SignPolicy,
+                            root: keyless.TrustRoot, now: datetime) -> Check:
+    """Whether one signature under `.sig` is a keyless one by the policy's identity, over a
+    payload that names this digest, that the trust root accepts (image/keyless.py)."""
+    if not layers:
+        return ("signature", False, f"none: the registry holds no {sig_tag(image_digest)}")
+    seen = []
+    for la in layers:
+        if la.media_type != SIG_LAYER:
+            seen.append(f"a layer of type {la.media_type}")
+            continue
+        try:
+            named = json.loads(la.blob)["critical"]
+            digest = named["image"]["docker-manifest-digest"]
+            kind = named["type"]
+            sig = base64.b64decode(str(la.annotations.get(SIG_ANNOTATION, "")), validate=True)
+        except (ValueError, KeyError, TypeError):
+            seen.append("a payload that is not cosign's simple signing")
+            continue
+        bad = keyless.examine(keyless.Evidence(la.blob, la.blob, sig, la.annotations),
+                              _keyless_want(policy), root, now)
+        if bad:
+            seen.append(bad)
+        elif kind != SIGNATURE_TYPE:
+            seen.append(f"a payload of type {kind!r}")
+        elif digest != image_digest:
+            seen.append(f"a signature by {policy.subject} of another image, {digest}")
+        else:
+            return ("signature", True, f"signed by {_who(policy)}, Fulcio CA and Rekor entry "
+                    f"checked against {root.source}" + ("" if policy.tlog else
+                                                         " (transparency log not asked)"))
+    return ("signature", False, f"no keyless signature by {_who(policy)} that {root.source} "
+            f"accepts: {len(layers)} found, " + "; ".join(sorted(set(seen))))
+
+
+def check_keyless_attestation(image_digest: str, layers: list[Layer] | None, policy: SignPolicy,
+                              root: keyless.TrustRoot, now: datetime, kind: str,
+                              predicate_type: str | None = None) -> Check:
+    """Whether an attestation of type `kind` under `.att` is a DSSE envelope signed keyless by
+    the policy's identity (the same checks as the signature, over DSSE's PAE) whose statement
+    is about this very image. `predicate_type` overrides the type `kind` names."""
+    want = predicate_type or ATTESTATION_TYPES[kind]
+    what = f"attestation {kind}"
+    if not layers:
+        return (what, False, f"none: the registry holds no {att_tag(image_digest)}")
+    seen = []
+    algo, _, hexdigest = image_digest.partition(":")
+    for la in layers:
+        if la.media_type != DSSE_LAYER:
+            continue
+        try:
+            env = json.loads(la.blob)
+            body = base64.b64decode(env["payload"])
+            sigs = [base64.b64decode(s["sig"]) for s in env.get("signatures") or []]
+            stmt = json.loads(body)
+            ptype = stmt.get("predicateType")
+            subjects = [s.get("digest", {}).get(algo) for s in stmt.get("subject") or []]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            seen.append("an envelope that is not DSSE over an in-toto statement")
+            continue
+        if ptype != want:
+            continue
+        ptype_env = str(env.get("payloadType"))
+        if ptype_env != INTOTO_PAYLOAD:
+            seen.append(f"a {kind} envelope of payload type {ptype_env!r}")
+            continue
+        bads = [keyless.examine(keyless.Evidence(la.blob, pae(ptype_env, body), s,
+                                                 la.annotations),
+                                _keyless_want(policy), root, now) for s in sigs]
+        if all(bads):
+            seen.extend(b for b in bads if b)
+        elif hexdigest not in subjects:
+            seen.append(f"a {kind} statement about another image "
+                        f"({', '.join(f'{algo}:{s}' for s in subjects if s) or 'no subject'})")
+        else:
+            return (what, True, f"{want}, signed by {_who(policy)}, about this digest")
+    return (what, False, f"no {want} statement about this digest signed by {_who(policy)}"
+            + (": " + "; ".join(sorted(set(seen))) if seen else " (none of that type)"))
+
+
+def no_trust_root(policy: SignPolicy) -> str:
+    """Why a keyless policy without `trust-root` checks nothing: the public Sigstore root is
+    fetched over the network (TUF), which imgbuild does not do; a policy names the file."""
+    return (f"the policy ({policy.where}) asks for a keyless signature by {_who(policy)} but "
+            "names no trust-root; imgbuild checks keyless signatures offline, against a "
+            "trusted_root.json the policy names (signed-by.keyless.trust-root)")
+
+
 def judge(policy: SignPolicy, image_digest: str, sig_layers: list[Layer] | None,
-          att_layers: list[Layer] | None, key: ec.EllipticCurvePublicKey | None) -> list[Check]:
+          att_layers: list[Layer] | None, key: ec.EllipticCurvePublicKey | None,
+          root: keyless.TrustRoot | None = None, now: datetime | None = None) -> list[Check]:
     """Every check the policy asks of an image, on what the registry holds under its `.sig`
-    and `.att` tags (None: nothing there). A keyless policy is refused, said so: checking a
-    Fulcio certificate honestly needs its chain, the transparency log's inclusion proof and the
-    certificate's SCT against a trust root, which imgbuild does not verify."""
-    if policy.keyless or key is None:
-        return [("signature", False,
-                 f"the policy ({policy.where}) asks for a keyless signature (issuer "
-                 f"{policy.issuer}, subject {policy.subject}); keyless verification needs the "
-                 "Fulcio certificate chain, the Rekor inclusion proof and the SCT checked "
-                 "against a Sigstore trust root, which imgbuild does not do")]
+    and `.att` tags (None: nothing there): by the policy's key, or keyless against the trust
+    root `root` at time `now` (which matters only where the policy opts out of the log)."""
+    if policy.keyless:
+        if root is None:
+            return [("signature", False, no_trust_root(policy))]
+        now = now or datetime.now(UTC)
+        checks = [check_keyless_signature(image_digest, sig_layers, policy, root, now)]
+        return checks + [check_keyless_attestation(image_digest, att_layers, policy, root, now,
+                                                   kind) for kind in policy.attestations]
+    assert key is not None
     checks = [check_signature(image_digest, sig_layers, key)]
     checks += [check_attestation(image_digest, att_layers, key, kind)
                for kind in policy.attestations]
@@ -381,6 +484,15 @@ def key_path(policy: SignPolicy) -> str | None:
     return str(p if p.is_absolute() else Path(policy.where).parent / p)
 
 
+def trust_root_path(policy: SignPolicy) -> str | None:
+    """The trust root file of a keyless policy (a relative path is from the directory of the
+    file that gives the policy)."""
+    if not policy.trust_root:
+        return None
+    p = Path(policy.trust_root).expanduser()
+    return str(p if p.is_absolute() else Path(policy.where).parent / p)
+
+
 def cosign_commands(policy: SignPolicy, key_path: str | None, ref: str, *,
                     plain_http: bool = False) -> list[str]:
     """What a user runs to check the same with cosign itself. imgbuild's key signatures carry
@@ -388,8 +500,12 @@ def cosign_commands(policy: SignPolicy, key_path: str | None, ref: str, *,
     plain-HTTP registry (loopback) needs cosign's flags for it."""
     http = " --allow-insecure-registry --allow-http-registry" if plain_http else ""
     if policy.keyless:
+        # The same trust root file (cosign 2.4+ reads it), and the same opt-outs.
         who = (f"--certificate-identity {policy.subject} "
-               f"--certificate-oidc-issuer {policy.issuer}{http}")
+               f"--certificate-oidc-issuer {policy.issuer}"
+               + (f" --trusted-root {trust_root_path(policy)}" if policy.trust_root else "")
+               + ("" if policy.tlog else " --insecure-ignore-tlog=true")
+               + ("" if policy.sct else " --insecure-ignore-sct=true") + http)
         return [f"cosign verify {who} {ref}"] + [
             f"cosign verify-attestation --type {a} {who} {ref}" for a in policy.attestations]
     k = (key_path or "KEY.pub") + " --insecure-ignore-tlog=true" + http

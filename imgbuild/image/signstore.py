@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..catalog.registries import SignPolicy
 from ..errors import InputError, JobFailed
-from . import cosign, registry
+from . import cosign, keyless, registry
 
 # Prefixes of the KMS URIs cosign's --key takes; imgbuild signs with key files only.
 KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "gitlab://",
@@ -135,16 +135,46 @@ def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
     return written
 
 
+def policy_trust_root(policy: SignPolicy) -> keyless.TrustRoot:
+    """The trust root file a keyless policy names, read; exit 2 where it names none or the
+    file cannot be used (nothing could be checked: the policy is incomplete, not the image)."""
+    fix_file = ("name a Sigstore trusted_root.json in signed-by.keyless.trust-root (a path from "
+                f"the directory of {Path(policy.where).name}, or absolute): Sigstore's public "
+                "one is the trusted_root.json target of its TUF repository, which `cosign "
+                "initialize` caches under ~/.sigstore/root/; a private Fulcio's is made with "
+                "`cosign trusted-root create`")
+    path = cosign.trust_root_path(policy)
+    if path is None:
+        raise InputError(f"{policy.where}: signed-by.keyless has no trust-root",
+                         facts=[cosign.no_trust_root(policy),
+                                "Sigstore's public trust root is fetched over the network "
+                                "(TUF), which imgbuild does not do"], hint=fix_file)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{policy.where}: signed-by.keyless.trust-root: cannot read {path}",
+                         facts=[f"{type(e).__name__}: {e.strerror or e}"],
+                         hint=fix_file) from None
+    try:
+        return keyless.load_trust_root(data, path)
+    except keyless.TrustRootProblem as e:
+        raise InputError(f"{policy.where}: signed-by.keyless.trust-root: {path} cannot be used",
+                         facts=[str(e)], hint=fix_file) from None
+
+
 def checks(repo: registry.Repository, image_digest: str,
            policy: SignPolicy) -> tuple[list[cosign.Check], str | None]:
     """(the policy's checks of image_digest, the public key's path) from what the registry
     holds; no layer of the image is read."""
     if policy.keyless:
-        return cosign.judge(policy, image_digest, None, None, None), None
-    key, path = policy_key(policy)
+        root = policy_trust_root(policy)
+        key, path = None, None
+    else:
+        root = None
+        key, path = policy_key(policy)
     sigs = fetch_layers(repo, cosign.sig_tag(image_digest))
     atts = fetch_layers(repo, cosign.att_tag(image_digest)) if policy.attestations else None
-    return cosign.judge(policy, image_digest, sigs, atts, key), path
+    return cosign.judge(policy, image_digest, sigs, atts, key, root), path  # type: ignore[arg-type]
 
 
 def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | None,
@@ -161,12 +191,17 @@ def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | N
             f"{pinned} is not signed as {policy.where} asks; nothing was pulled",
             facts=[f"{ref} names {image_digest}",
                    ("policy: " + (f"signed by the key {path or '(inline PEM)'}" if not
-                                  policy.keyless else f"keyless, {policy.subject}")
+                                  policy.keyless else f"keyless, {policy.subject} (issuer "
+                                  f"{policy.issuer}), trust root "
+                                  f"{cosign.trust_root_path(policy)}")
                     + (", attestations " + ", ".join(policy.attestations)
                        if policy.attestations else "")),
                    *[f"{c}: {d}" for c, d in bad]],
-            hint="pull an image the project's CI signed, or sign this one with the policy's key "
-                 "(`imgbuild TARGET --push --sign-key KEY`); cosign checks the same: "
+            hint="pull an image the project's CI signed, or sign this one "
+                 + ("with the policy's key (`imgbuild TARGET --push --sign-key KEY`)"
+                    if not policy.keyless else
+                    f"as {policy.subject} (`--sign-key keyless` in that workflow)")
+                 + "; cosign checks the same: "
                  + cosign.cosign_commands(policy, path, pinned, plain_http=repo.plain_http)[0])
     return found
 
