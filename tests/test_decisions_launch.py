@@ -244,6 +244,31 @@ def test_emitted_files_and_their_notes(tmp_path):
     assert "root only" not in text and "ulimits" not in text
 
 
+def test_one_yaml_style_and_one_write_for_every_launch_file(tmp_path):
+    """plan/manifests.py, used for the compose file, the manifests and the admission policy:
+    no &anchors (a shared dict written out twice), text of several lines as a `|` block that
+    reads back the same, one-line text plain; a refused write is the error that names the
+    file, and leaves none behind."""
+    from imgbuild.errors import EnvError
+    from imgbuild.plan.manifests import dump, write
+
+    probe = {"httpGet": {"path": "/health", "port": 8000}}
+    pem = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
+    doc = {"startupProbe": probe, "livenessProbe": probe, "key": pem, "image": "reg/x:t"}
+    text = dump(doc)
+    assert "&" not in text and "*" not in text
+    assert "key: |\n  -----BEGIN PUBLIC KEY-----\n  MFkw\n" in text
+    assert "image: reg/x:t\n" in text and list(yaml.safe_load(text)) == list(doc)
+    assert yaml.safe_load(text) == doc
+    write(tmp_path / "a" / "f.yaml", text)
+    assert (tmp_path / "a" / "f.yaml").read_text() == text
+    (tmp_path / "file").write_text("")
+    with pytest.raises(EnvError) as e:
+        write(tmp_path / "file" / "f.yaml", text)
+    assert e.value.message.startswith(f"cannot write a launch file {tmp_path / 'file' / 'f.yaml'}")
+    assert e.value.exit_code == 3
+
+
 # --- launch_for on the checkout's plans ------------------------------------------------------
 
 def _table(ws):

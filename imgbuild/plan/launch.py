@@ -14,14 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..catalog.checkpoints import checkpoint_dir, local_checkpoint
 from ..catalog.launch import LaunchTable, MultiNode, Rdma, WriteDir
 from ..catalog.models import ModelProfile, checkpoint_kind
 from ..errors import InputError
-from ..fsutil import atomic_write_text, cannot_write
 from .labels import ANY_USER, RUN_ENV
+from .manifests import dump, write
 from .plan import Plan
 
 # Kubernetes' probe period; the startup probe's threshold is the engine's startup timeout in
@@ -383,7 +381,7 @@ def emit_compose(launch: Launch, dir: Path) -> list[Path]:
     head = _header(launch, "docker compose -f compose.yaml up -d") + (
         "" if launch.image_digest else
         "# The image is named by tag: pass the pushed image's digest to pin it.\n")
-    _write(out, head + _dump(compose_doc(launch)))
+    write(out, head + dump(compose_doc(launch)))
     return [out]
 
 
@@ -705,8 +703,8 @@ def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int,
             extra = ("# A LeaderWorkerSet (kubernetes-sigs/lws, its controller must be "
                      f"installed): {doc['spec']['leaderWorkerTemplate']['size']} pods, one a "
                      "node; the leader serves HTTP.\n")
-        _write(path, _header(launch, "kubectl apply -f " + str(Path(dir)))
-                          + extra + notes + _dump(doc))
+        write(path, _header(launch, "kubectl apply -f " + str(Path(dir)))
+              + extra + notes + dump(doc))
         out.append(path)
     return out
 
@@ -746,22 +744,3 @@ def _header(launch: Launch, how: str) -> str:
             f"# Start: {how}\n"
             f"# Ready when GET {launch.health_path} and {launch.models_path} answer 200 on port "
             f"{launch.port}.\n")
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        atomic_write_text(path, text)
-    except OSError as e:
-        raise cannot_write(path, e, "a launch file") from None
-
-
-class _Dumper(yaml.SafeDumper):
-    """Every value written out where it is used: no &anchors / *aliases for a reader to chase
-    (a probe and its twin share one dict here)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _dump(doc: dict[str, Any]) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
