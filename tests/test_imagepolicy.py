@@ -1,8 +1,10 @@
-"""`imgbuild run --emit k8s` under a signed-by policy writes a Sigstore policy-controller
-ClusterImagePolicy (plan/imagepolicy.py), checked against the CRD's published schema
-(tests/fixtures/crds: sigstore/policy-controller config/300-clusterimagepolicy.yaml, v1beta1),
+"""`imgbuild run --emit k8s` under a signed-by policy writes an admission policy
+(plan/imagepolicy.py), for the admission controller the user chose: a Sigstore policy-controller
+ClusterImagePolicy or a Kyverno ClusterPolicy. Each is checked against its CRD's published
+schema (tests/fixtures/crds: sigstore/policy-controller config/300-clusterimagepolicy.yaml,
+v1beta1; kyverno/kyverno config/crds/kyverno/kyverno.io_clusterpolicies.yaml, v1, at v1.19.0),
 every field one the CRD declares (an undeclared one the API server would prune: a policy that
-silently checks less), and its globs read as policy-controller's matcher reads them."""
+silently checks less), and the image patterns read as each controller's matcher reads them."""
 
 from __future__ import annotations
 
@@ -15,25 +17,37 @@ import jsonschema
 import pytest
 import yaml
 
-from imgbuild.catalog.registries import SignPolicy
-from imgbuild.plan.imagepolicy import cluster_image_policy, globs
+from imgbuild.catalog.registries import ATTESTATION_TYPES, SignPolicy
+from imgbuild.plan.imagepolicy import (
+    PUBLIC_REKOR,
+    cluster_image_policy,
+    globs,
+    image_references,
+    kyverno_cluster_policy,
+)
 
 from .conftest import ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CRD = json.loads((FIXTURES / "crds" / "clusterimagepolicy-v1beta1.json").read_text())
+KYVERNO_CRD = json.loads((FIXTURES / "crds" / "clusterpolicy-kyverno-v1.json").read_text())
 PEM = (FIXTURES / "cosign" / "cosign.pub").read_text()
 REPO = "127.0.0.1:5000/acme/serving"
+KEY = SignPolicy("r.yaml", key="k.pub")
+KEYLESS = SignPolicy("r.yaml", issuer="https://i.example",
+                     subject="repo:acme/x:ref:refs/heads/main")
 
 
 def strict(schema: dict) -> dict:
     """The CRD's schema with every object closed to undeclared fields (structural schemas
-    prune them: the manifest would apply, checking less than it says)."""
+    prune them: the manifest would apply, checking less than it says), except where the CRD
+    keeps unknown fields itself (x-kubernetes-preserve-unknown-fields)."""
     s = copy.deepcopy(schema)
 
     def close(node):
         if isinstance(node, dict):
-            if node.get("type") == "object" and "properties" in node:
+            if node.get("type") == "object" and "properties" in node and \
+                    not node.get("x-kubernetes-preserve-unknown-fields"):
                 node.setdefault("additionalProperties", False)
             for v in node.values():
                 close(v)
@@ -45,9 +59,9 @@ def strict(schema: dict) -> dict:
     return s
 
 
-def valid(doc: dict) -> None:
-    assert (doc["apiVersion"], doc["kind"]) == (f"{CRD['group']}/{CRD['version']}", CRD["kind"])
-    jsonschema.validate({"spec": doc["spec"]}, strict(CRD["schema"]))
+def valid(doc: dict, crd: dict = CRD) -> None:
+    assert (doc["apiVersion"], doc["kind"]) == (f"{crd['group']}/{crd['version']}", crd["kind"])
+    jsonschema.validate({"spec": doc["spec"]}, strict(crd["schema"]))
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
     assert len(doc["metadata"]["name"]) <= 63
 
@@ -58,8 +72,10 @@ def glob_match(glob: str, image: str) -> bool:
     return re.fullmatch(g, image) is not None
 
 
+# --- policy-controller ------------------------------------------------------------------------
+
 def test_a_key_policy_is_a_valid_cluster_image_policy():
-    doc = cluster_image_policy(REPO, SignPolicy("r.yaml", key="k.pub"), PEM)
+    doc = cluster_image_policy(REPO, KEY, PEM)
     valid(doc)
     [auth] = doc["spec"]["authorities"]
     assert auth["key"] == {"data": PEM, "hashAlgorithm": "sha256"}
@@ -73,9 +89,7 @@ def test_a_key_policy_is_a_valid_cluster_image_policy():
 
 
 def test_a_keyless_policy_names_its_identity():
-    doc = cluster_image_policy(REPO, SignPolicy("r.yaml", issuer="https://i.example",
-                                                subject="repo:acme/x:ref:refs/heads/main"),
-                               None)
+    doc = cluster_image_policy(REPO, KEYLESS, None)
     valid(doc)
     assert doc["spec"]["authorities"][0]["keyless"] == {
         "identities": [{"issuer": "https://i.example",
@@ -94,7 +108,7 @@ def test_a_keyless_policy_with_a_trust_root_refers_to_it(tlog, sct):
 
 
 def test_a_misspelt_field_is_caught_by_the_check():
-    doc = cluster_image_policy(REPO, SignPolicy("r.yaml", key="k.pub"), PEM)
+    doc = cluster_image_policy(REPO, KEY, PEM)
     doc["spec"]["authorities"][0]["key"]["pem"] = doc["spec"]["authorities"][0]["key"].pop("data")
     with pytest.raises(jsonschema.ValidationError):
         valid(doc)
@@ -108,8 +122,213 @@ def test_the_globs_cover_the_repository_and_nothing_beside_it(image, matched):
     assert any(glob_match(g, image) for g in globs(REPO)) is matched
 
 
-def test_run_emit_k8s_writes_it_under_a_policy_only(tmp_path):
-    from imgbuild.pipeline.run import run
+# --- Kyverno ----------------------------------------------------------------------------------
+
+def kyverno_valid(doc: dict) -> None:
+    """The ClusterPolicy against the v1 schema, closed; and the checks Kyverno's own policy
+    webhook makes beyond the schema (pkg/validation/policy and api/kyverno/v1's Validate
+    methods at v1.19.0), for what this policy uses."""
+    valid(doc, KYVERNO_CRD)
+    spec = doc["spec"]
+    for rule in spec["rules"]:
+        for iv in rule["verifyImages"]:
+            assert iv["imageReferences"], "An image reference is required"
+            # mutateDigest under Audit is refused ("mutateDigest must be set to false for
+            # 'Audit' failure action"); the rule's failureAction wins over the policy's.
+            action = iv.get("failureAction", spec.get("validationFailureAction", "Audit"))
+            assert not (iv.get("mutateDigest", True) and action != "Enforce")
+            sets = iv.get("attestors", []) + [s for a in iv.get("attestations", [])
+                                              for s in a["attestors"]]
+            for s in sets:
+                assert s["entries"], "An entry is required"
+                assert s.get("count", 1) <= len(s["entries"])
+                for e in s["entries"]:
+                    assert len({"keys", "certificates", "keyless", "attestor"} & set(e)) == 1
+                    if "keys" in e:
+                        assert e["keys"].get("publicKeys") or e["keys"].get("kms") \
+                            or e["keys"].get("secret")
+                    if "keyless" in e:
+                        # "Either Rekor URL or roots are required"; "An URL is required"
+                        k = e["keyless"]
+                        assert ("rekor" in k and k["rekor"].get("url")) or k.get("roots")
+
+
+def deprecated_fields(doc: dict, schema: dict, path: str = "") -> list[str]:
+    """The fields of doc whose schema node the CRD marks deprecated (the vendored schema keeps
+    exactly those descriptions): a field the current Kyverno reads only as a fallback, or may
+    stop reading."""
+    out = []
+    if str(schema.get("description", "")).lower().startswith("deprecated"):
+        out.append(path)
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in schema.get("properties", {}):
+                out += deprecated_fields(v, schema["properties"][k], f"{path}.{k}")
+    elif isinstance(doc, list) and "items" in schema:
+        for v in doc:
+            out += deprecated_fields(v, schema["items"], f"{path}[]")
+    return out
+
+
+def test_the_kyverno_schema_is_the_published_one_with_its_provenance():
+    src = KYVERNO_CRD["source"]
+    assert src["repository"] == "https://github.com/kyverno/kyverno"
+    assert src["path"] == "config/crds/kyverno/kyverno.io_clusterpolicies.yaml"
+    assert re.fullmatch(r"[0-9a-f]{40}", src["commit"]) and src["tag"] == "v1.19.0"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", src["date"]) and len(src["sha256"]) == 64
+    rules = KYVERNO_CRD["schema"]["properties"]["spec"]["properties"]["rules"]
+    verify = rules["items"]["properties"]["verifyImages"]["items"]["properties"]
+    assert verify["failureAction"]["enum"] == ["Audit", "Enforce"]
+
+
+def test_a_key_policy_is_a_valid_kyverno_cluster_policy():
+    doc = kyverno_cluster_policy(REPO, KEY, PEM)
+    kyverno_valid(doc)
+    [rule] = doc["spec"]["rules"]
+    [iv] = rule["verifyImages"]
+    key = {"keys": {"publicKeys": PEM, "rekor": {"ignoreTlog": True},
+                    "ctlog": {"ignoreSCT": True}}}
+    assert iv["attestors"] == [{"entries": [key]}]
+    assert iv["attestations"] == [
+        {"type": "https://cyclonedx.org/bom", "attestors": [{"entries": [key]}]},
+        {"type": "https://slsa.dev/provenance/v1", "attestors": [{"entries": [key]}]}]
+    assert [a["type"] for a in iv["attestations"]] == list(ATTESTATION_TYPES.values())
+    only = kyverno_cluster_policy(REPO, SignPolicy("r.yaml", key="k.pub", attestations=()), PEM)
+    kyverno_valid(only)
+    assert "attestations" not in only["spec"]["rules"][0]["verifyImages"][0]
+    one = kyverno_cluster_policy(REPO, SignPolicy("r.yaml", key="k.pub",
+                                                  attestations=("slsaprovenance1",)), PEM)
+    assert [a["type"] for a in one["spec"]["rules"][0]["verifyImages"][0]["attestations"]] == \
+        ["https://slsa.dev/provenance/v1"]
+
+
+def test_a_keyless_kyverno_policy_names_its_identity_and_the_public_rekor():
+    doc = kyverno_cluster_policy(REPO, KEYLESS, None)
+    kyverno_valid(doc)
+    [iv] = doc["spec"]["rules"][0]["verifyImages"]
+    keyless = {"keyless": {"subject": "repo:acme/x:ref:refs/heads/main",
+                           "issuer": "https://i.example", "rekor": {"url": PUBLIC_REKOR}}}
+    assert iv["attestors"] == [{"entries": [keyless]}]
+    assert all(a["attestors"] == [{"entries": [keyless]}] for a in iv["attestations"])
+    # the certificate's SCT and the log entry are checked: nothing tells Kyverno to skip them
+    assert "ctlog" not in keyless["keyless"] and "ignoreTlog" not in keyless["keyless"]["rekor"]
+
+
+@pytest.mark.parametrize("policy", [KEY, KEYLESS], ids=["key", "keyless"])
+def test_the_kyverno_policy_enforces_with_fields_the_current_release_reads(policy):
+    doc = kyverno_cluster_policy(REPO, policy, None if policy.keyless else PEM)
+    spec = doc["spec"]
+    [iv] = spec["rules"][0]["verifyImages"]
+    # Enforced by the rule's own failureAction (Kyverno 1.13+), not the deprecated policy-wide
+    # validationFailureAction, whose default is Audit.
+    assert iv["failureAction"] == "Enforce" and "validationFailureAction" not in spec
+    assert (iv["mutateDigest"], iv["verifyDigest"], iv["required"]) == (True, True, True)
+    assert iv["type"] == "Cosign"
+    assert spec["webhookConfiguration"] == {"failurePolicy": "Fail", "timeoutSeconds": 30}
+    assert spec["background"] is False
+    assert deprecated_fields(doc["spec"], KYVERNO_CRD["schema"]["properties"]["spec"]) == []
+
+
+def test_the_deprecation_check_sees_a_deprecated_field():
+    doc = kyverno_cluster_policy(REPO, KEY, PEM)
+    doc["spec"]["validationFailureAction"] = "Enforce"
+    doc["spec"]["rules"][0]["verifyImages"][0]["attestations"][0]["predicateType"] = "x"
+    assert deprecated_fields(doc["spec"], KYVERNO_CRD["schema"]["properties"]["spec"]) == [
+        ".rules[].verifyImages[].attestations[].predicateType", ".validationFailureAction"]
+
+
+def test_the_kyverno_rule_matches_pods_so_that_autogen_covers_their_controllers():
+    """Kyverno's autogen (pkg/autogen/v1 CanAutoGen at v1.19.0) adds the rule for DaemonSet,
+    Deployment, Job, StatefulSet, ReplicaSet, ReplicationController and CronJob when every
+    resource description names Pod alone (or Pod controllers), with no name, names, selector
+    or annotations, and no autogen annotation turns it off."""
+    doc = kyverno_cluster_policy(REPO, KEY, PEM)
+    assert "pod-policies.kyverno.io/autogen-controllers" not in doc["metadata"].get(
+        "annotations", {})
+    [rule] = doc["spec"]["rules"]
+    assert set(rule["match"]) == {"any"} and "exclude" not in rule
+    for d in rule["match"]["any"]:
+        r = d["resources"]
+        assert r["kinds"] == ["Pod"]
+        assert not {"name", "names", "selector", "annotations"} & set(r)
+
+
+def test_a_misspelt_field_is_caught_by_the_kyverno_check():
+    doc = kyverno_cluster_policy(REPO, KEY, PEM)
+    keys = doc["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"][0]["keys"]
+    keys["publicKey"] = keys.pop("publicKeys")
+    with pytest.raises(jsonschema.ValidationError):
+        valid(doc, KYVERNO_CRD)
+    doc = kyverno_cluster_policy(REPO, KEY, PEM)
+    doc["spec"]["rules"][0]["verifyImages"][0]["failureAction"] = "enforce"  # not in the enum
+    with pytest.raises(jsonschema.ValidationError):
+        valid(doc, KYVERNO_CRD)
+
+
+def kyverno_image(ref: str) -> str:
+    """The string Kyverno matches imageReferences against (pkg/utils/image GetImageInfo, then
+    ImageInfo.String, at v1.19.0): the default registry put before a name without one;
+    REGISTRY/PATH@DIGEST when there is a digest (the tag dropped), else REGISTRY/PATH:TAG
+    (latest when none)."""
+    first, slash, _ = ref.partition("/")
+    if not slash or (not any(c in first for c in ".:") and first != "localhost"
+                     and first == first.lower()):
+        ref = "docker.io/" + ref
+    name, at, digest = ref.partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    repo, tag = (name[:colon], name[colon + 1:]) if colon > slash else (name, "latest")
+    return f"{repo}@{digest}" if at else f"{repo}:{tag}"
+
+
+def wildcard_match(pattern: str, text: str) -> bool:
+    """github.com/IGLOU-EU/go-wildcard v1.0.3 Match, which Kyverno's ext/wildcard calls: `*`
+    any run of characters (`/` too, or none), `?` exactly one character, the rest literal."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, text, flags=re.S) is not None
+
+
+def test_the_wildcard_port_agrees_with_kyvernos_own_cases():
+    # ext/wildcard/match_test.go at v1.19.0
+    assert wildcard_match("my-bucket/In*", "my-bucket/India/Karnataka/")
+    assert not wildcard_match("my-bucket/In*", "my-bucket/Karnataka/India/")
+    assert wildcard_match("my-bucket?abc*", "my-bucket/abc")
+    assert not wildcard_match("my-bucket/abc?", "my-bucket/abc")
+    assert not wildcard_match("my-bucket/mnop*?and", "my-bucket/mnopand")
+    assert wildcard_match("my-bucket/oo*", "my-bucket/oo")
+
+
+D = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize("repo,image,matched", [
+    (REPO, f"{REPO}:tiny-cpu", True), (REPO, f"{REPO}@{D}", True),
+    (REPO, f"{REPO}:tiny-cpu@{D}", True), (REPO, f"{REPO}/sub:t", True),
+    (REPO, f"{REPO}/sub/deeper@{D}", True), (REPO, REPO, True),  # :latest
+    (REPO, f"{REPO}-other:t", False), (REPO, f"{REPO}-other@{D}", False),
+    (REPO, f"{REPO}x/y:t", False), (REPO, "127.0.0.1:5000/acme/other:t", False),
+    (REPO, "127.0.0.1:5001/acme/serving:t", False),
+    # Docker Hub, as the user named it and as Kyverno spells it
+    ("acme/serving", "acme/serving:t", True), ("acme/serving", "docker.io/acme/serving:t", True),
+    ("acme/serving", "acme/serving-other:t", False),
+    ("docker.io/acme/serving", "acme/serving@" + D, True),
+    ("localhost:5000/serving", "localhost:5000/serving:t", True),
+])
+def test_the_image_references_cover_the_repository_and_nothing_beside_it(repo, image, matched):
+    seen = kyverno_image(image)
+    assert any(wildcard_match(p, seen) for p in image_references(repo)) is matched, seen
+
+
+def test_a_prefix_pattern_would_take_a_sibling():
+    """Why the references are three: Kyverno's `*` crosses `/` and has no word boundary."""
+    assert wildcard_match(f"{REPO}*", kyverno_image(f"{REPO}-other:t"))
+    assert image_references(REPO + "/") == image_references(REPO)
+
+
+# --- run --emit k8s ---------------------------------------------------------------------------
+
+@pytest.fixture()
+def signed_ws(tmp_path):
     from imgbuild.workspace import Workspace
 
     images = tmp_path / "images"
@@ -117,12 +336,19 @@ def test_run_emit_k8s_writes_it_under_a_policy_only(tmp_path):
     (images / "registries.yaml").write_text(
         f"registries:\n  - match: {REPO}\n"
         f"    signed-by: {{key: {FIXTURES / 'cosign' / 'cosign.pub'}}}\n")
-    ws = Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
-    got = run(ws, "tiny-cpu", registry_name=REPO, emit=("k8s", tmp_path / "k8s"))
+    return Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
+
+
+def test_run_emit_k8s_writes_it_under_a_policy_only(signed_ws, tmp_path):
+    from imgbuild.pipeline.run import run
+
+    got = run(signed_ws, "tiny-cpu", registry_name=REPO, emit=("k8s", tmp_path / "k8s"))
     [cip] = [Path(f) for f in got.files if f.endswith("-clusterimagepolicy.yaml")]
     doc = yaml.safe_load(cip.read_text())
     valid(doc)
     assert doc["spec"]["authorities"][0]["key"]["data"] == PEM
-    other = run(ws, "tiny-cpu", registry_name="127.0.0.1:5000/elsewhere",
+    assert cip.read_text().startswith("# Generated by imgbuild from the signed-by policy of ")
+    assert "data: |\n" in cip.read_text()  # the PEM as a block a person can read and paste
+    other = run(signed_ws, "tiny-cpu", registry_name="127.0.0.1:5000/elsewhere",
                 emit=("k8s", tmp_path / "k8s2"))
     assert not [f for f in other.files if f.endswith("-clusterimagepolicy.yaml")]

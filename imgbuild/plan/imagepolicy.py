@@ -1,11 +1,15 @@
-"""The cluster's side of a registry's signed-by policy: a Sigstore policy-controller
-ClusterImagePolicy (policy.sigstore.dev/v1beta1) that admits, for the images of a repository,
-only those signed as images/registries.yaml asks, with the attestations it asks for, so a
-cluster runs only what the project's CI signed, as `imgbuild pull` does on a host.
+"""The cluster's side of a registry's signed-by policy: an admission policy that admits, for the
+images of a repository, only those signed as images/registries.yaml asks, with the attestations
+it asks for, so a cluster runs only what the project's CI signed, as `imgbuild pull` does on a
+host. Two admission controllers read it, the user's choice (`run --emit k8s --admission`):
+
+- Sigstore's policy-controller: a ClusterImagePolicy (policy.sigstore.dev/v1beta1);
+- Kyverno: a ClusterPolicy (kyverno.io/v1) with a verifyImages rule, for Kyverno 1.13 or later.
 
 Plain data in, a document out (`imgbuild run --emit k8s` writes it beside the Deployment).
-Checked in tests against the CRD's published schema (sigstore/policy-controller
-config/300-clusterimagepolicy.yaml)."""
+Checked in tests against each CRD's published schema (tests/fixtures/crds: sigstore/
+policy-controller config/300-clusterimagepolicy.yaml; kyverno/kyverno
+config/crds/kyverno/kyverno.io_clusterpolicies.yaml)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,21 @@ import re
 from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
 
 API_VERSION = "policy.sigstore.dev/v1beta1"
+KYVERNO_API_VERSION = "kyverno.io/v1"
+# The admission controllers a policy can be written for; the first is the default.
+ADMISSION = ("policy-controller", "kyverno")
+# Sigstore's public transparency log: where a keyless signature's entry is looked up.
+PUBLIC_REKOR = "https://rekor.sigstore.dev"
+# Kyverno's default registry (its ConfigMap's defaultRegistry): the one it puts before an image
+# named without a registry, before matching imageReferences.
+KYVERNO_DEFAULT_REGISTRY = "docker.io"
+
+
+def policy_name(match: str) -> str:
+    """The policy's metadata.name: readable, a DNS label, and one per repository (the hash
+    tells apart two repositories the slug makes alike)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", match.lower()).strip("-")[:40].strip("-")
+    return f"imgbuild-{slug}-{hashlib.sha256(match.encode()).hexdigest()[:8]}"
 
 
 def globs(match: str) -> list[str]:
@@ -43,8 +62,7 @@ def cluster_image_policy(match: str, policy: SignPolicy, public_pem: str | None)
     identity (checked by policy-controller against the policy's trust root, by reference to a
     TrustRoot resource: trust_root_note; without one, against Sigstore's public root, which
     policy-controller fetches), and one attestation entry per predicate type required."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", match.lower()).strip("-")[:40].strip("-")
-    name = f"imgbuild-{slug}-{hashlib.sha256(match.encode()).hexdigest()[:8]}"
+    name = policy_name(match)
     if policy.keyless:
         keyless: dict = {"identities": [{"issuer": policy.issuer, "subject": policy.subject}]}
         if policy.trust_root:
@@ -67,6 +85,108 @@ def cluster_image_policy(match: str, policy: SignPolicy, public_pem: str | None)
         authority["attestations"] = [{"name": kind, "predicateType": ATTESTATION_TYPES[kind]}
                                      for kind in policy.attestations]
     return {"apiVersion": API_VERSION, "kind": "ClusterImagePolicy",
-            "metadata": {"name": name},
+            "metadata": {"name": policy_name(match)},
             "spec": {"images": [{"glob": g} for g in globs(match)],
                      "authorities": [authority]}}
+
+
+def kyverno_name(repository: str) -> str:
+    """A repository as Kyverno spells it when it matches imageReferences: an image named
+    without a registry (`acme/serving`, the Docker Hub shorthand) gets Kyverno's default
+    registry first (its addDefaultRegistry), so a pattern without it would match nothing, and
+    an unsigned image would be admitted."""
+    first, slash, _ = repository.partition("/")
+    if not slash or (not any(c in first for c in ".:") and first != "localhost"
+                     and first == first.lower()):
+        return f"{KYVERNO_DEFAULT_REGISTRY}/{repository}"
+    return repository
+
+
+def image_references(match: str) -> list[str]:
+    """Kyverno imageReferences for the images of `match`, as Kyverno matches them: against
+    `REGISTRY/PATH:TAG`, or `REGISTRY/PATH@DIGEST` when the image has a digest (its tag is then
+    dropped), with `*` any run of characters, `/` included, and `?` any one. So `REPO*` would
+    also take a sibling (`REPO-other`); these take tagged, pinned, and below it."""
+    m = kyverno_name(match.rstrip("/"))
+    return [f"{m}:*", f"{m}@*", f"{m}/*"]
+
+
+def kyverno_cluster_policy(match: str, policy: SignPolicy, public_pem: str | None) -> dict:
+    """The Kyverno ClusterPolicy for a signed-by policy: one verifyImages rule on Pods (and,
+    by Kyverno's autogen, on the controllers that make Pods: Deployment, StatefulSet, DaemonSet,
+    Job, CronJob, ReplicaSet, ReplicationController), whose attestor is the policy's key (inline
+    PEM) or its keyless identity, with one attestation entry per predicate type the policy
+    requires, each signed by the same attestor.
+
+    Only fields Kyverno 1.13 and later read, none the v1 schema marks deprecated. Enforcing is
+    the rule's own `failureAction: Enforce` (1.13+); the policy-wide
+    `spec.validationFailureAction` is deprecated, and not written. An older Kyverno prunes the
+    field it does not know, falls back to Audit, and refuses the policy at apply (its own check:
+    mutateDigest needs Enforce), so it never runs as a mere audit."""
+    if policy.keyless:
+        # Checked against Sigstore's public roots: the Fulcio chain, the certificate's SCT in the
+        # public CT log, and the signature's entry in the public Rekor.
+        attestor: dict = {"keyless": {"subject": policy.subject, "issuer": policy.issuer,
+                                      "rekor": {"url": PUBLIC_REKOR}}}
+    else:
+        assert public_pem is not None
+        # imgbuild's key signatures have no transparency-log entry and no certificate: look for
+        # neither (as `cosign verify --insecure-ignore-tlog`); the key alone decides.
+        attestor = {"keys": {"publicKeys": public_pem, "rekor": {"ignoreTlog": True},
+                             "ctlog": {"ignoreSCT": True}}}
+    attestors = [{"entries": [attestor]}]
+    verify: dict = {
+        "imageReferences": image_references(match),
+        # imgbuild signs in cosign's format (signatures and attestations under the digest's
+        # sha256-<hex>.sig / .att tags), not as Sigstore bundles.
+        "type": "Cosign",
+        "failureAction": "Enforce",
+        # The defaults, written because they are the point of the rule: the tag is replaced by
+        # the digest that was verified, so the node pulls exactly those bytes (a tag moved after
+        # admission changes nothing); an image that reaches the node must name a digest; and
+        # an image that matched must have passed the check (no way round it by an update).
+        "mutateDigest": True,
+        "verifyDigest": True,
+        "required": True,
+        "attestors": attestors,
+    }
+    if policy.attestations:
+        verify["attestations"] = [{"type": ATTESTATION_TYPES[kind], "attestors": attestors}
+                                  for kind in policy.attestations]
+    return {"apiVersion": KYVERNO_API_VERSION, "kind": "ClusterPolicy",
+            "metadata": {"name": policy_name(match)},
+            "spec": {
+                # Admission only: a background scan would re-verify every running Pod against
+                # the registry on each cycle, and could only report.
+                "background": False,
+                # A Kyverno that does not answer refuses the Pod, not admits it unchecked; a
+                # signature and two attestations are three registry round trips, so the
+                # webhook gets the most time Kubernetes allows (default 10 s).
+                "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 30},
+                "rules": [{"name": "signed-by",
+                           # Pods alone, so that Kyverno's autogen adds the Pod controllers.
+                           "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                           "verifyImages": [verify]}]}}
+
+
+def admission_policy(admission: str, match: str, policy: SignPolicy,
+                     public_pem: str | None) -> dict:
+    """The policy for the admission controller the user chose (one of ADMISSION)."""
+    make = {"policy-controller": cluster_image_policy, "kyverno": kyverno_cluster_policy}
+    return make[admission](match, policy, public_pem)
+
+
+def admission_header(admission: str, policy: SignPolicy) -> str:
+    """The comment at the top of the written policy: where it came from, what the cluster must
+    run for it to take effect."""
+    head = f"# Generated by imgbuild from the signed-by policy of {policy.where}.\n"
+    if admission == "kyverno":
+        return head + (
+            "# Needs Kyverno 1.13 or later in the cluster (an older one refuses this policy at\n"
+            "# apply). A Pod, or a Deployment, StatefulSet, Job or other Pod controller, whose\n"
+            "# image the policy does not accept is refused at admission; an accepted image is\n"
+            "# pinned to the digest that was verified.\n")
+    return head + (
+        "# Needs Sigstore's policy-controller in the cluster, and the namespace labelled\n"
+        "# policy.sigstore.dev/include=true: then a pod whose image the policy does not\n"
+        "# accept is refused at admission.\n")
