@@ -104,10 +104,49 @@ def test_report_needs_a_page_or_json_and_a_named_directory(capsys):
     (["--port", "65536"], "--port 65536: not a TCP port"),
     (["--timeout", "0"], "--timeout 0.0: not a duration"),
     (["--timeout", "-5"], "--timeout -5.0: not a duration"),
+    (["--admission", "kyverno"], "--admission kyverno: an admission policy is for a Kubernetes "
+                                 "cluster: it goes with --emit k8s DIR"),
+    (["--emit", "compose", "out", "--admission", "policy-controller"],
+     "--admission policy-controller: an admission policy is for a Kubernetes cluster: it goes "
+     "with --emit k8s DIR"),
 ])
 def test_run_refuses_bad_arguments_before_anything_starts(capsys, no_daemon, argv, said):
     code, doc = err_json(capsys, "run", "tiny-cpu", *argv)
     assert code == 2 and doc["message"] == said
+
+
+def test_run_admission_names_a_controller_imgbuild_writes_for(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "tiny-cpu", "--emit", "k8s", str(tmp_path), "--admission", "gatekeeper"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --admission: invalid choice: 'gatekeeper' (choose from " \
+           "'policy-controller', 'kyverno')" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_run_emit_k8s_admission_kyverno_reports_the_policy_it_wrote(capsys, no_daemon,
+                                                                   tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "registries.yaml").write_text(
+        "registries:\n  - match: 127.0.0.1:5000/acme\n"
+        f"    signed-by: {{key: {ROOT / 'tests' / 'fixtures' / 'cosign' / 'cosign.pub'}}}\n")
+    code, out, err = run(capsys, "run", "tiny-cpu", "--images", str(images), "--lockfiles",
+                         str(ROOT / "lockfiles"), "--registry", "127.0.0.1:5000/acme/serving",
+                         "--emit", "k8s", str(tmp_path / "k8s"), "--admission", "kyverno",
+                         "--json")
+    assert code == 0, err
+    files = [Path(f).name for f in json.loads(out)["files"]]
+    assert [f for f in files if f.endswith("policy.yaml")] == [
+        "imgbuild-127-0-0-1-5000-acme-serving-92210632-clusterpolicy.yaml"]
+    # without --admission, the default: policy-controller's
+    code, out, err = run(capsys, "run", "tiny-cpu", "--images", str(images), "--lockfiles",
+                         str(ROOT / "lockfiles"), "--registry", "127.0.0.1:5000/acme/serving",
+                         "--emit", "k8s", str(tmp_path / "k8s2"), "--json")
+    assert code == 0, err
+    assert [Path(f).name for f in json.loads(out)["files"] if f.endswith("policy.yaml")] == [
+        "imgbuild-127-0-0-1-5000-acme-serving-92210632-clusterimagepolicy.yaml"]
 
 
 def test_run_takes_the_edges_of_the_port_range(capsys, no_daemon, tmp_path):

@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from imgbuild.catalog.registries import ATTESTATION_TYPES, SignPolicy
+from imgbuild.errors import InputError
 from imgbuild.plan.imagepolicy import (
+    ADMISSION,
     PUBLIC_REKOR,
     cluster_image_policy,
     globs,
@@ -352,3 +354,44 @@ def test_run_emit_k8s_writes_it_under_a_policy_only(signed_ws, tmp_path):
     other = run(signed_ws, "tiny-cpu", registry_name="127.0.0.1:5000/elsewhere",
                 emit=("k8s", tmp_path / "k8s2"))
     assert not [f for f in other.files if f.endswith("-clusterimagepolicy.yaml")]
+
+
+def test_run_emit_k8s_writes_the_kyverno_policy_when_asked(signed_ws, tmp_path):
+    from imgbuild.pipeline.run import run
+
+    got = run(signed_ws, "tiny-cpu", registry_name=REPO, emit=("k8s", tmp_path / "k8s"),
+              admission="kyverno")
+    policies = [Path(f) for f in got.files if "polic" in Path(f).name]
+    assert [p.name.rsplit("-", 1)[-1] for p in policies] == ["clusterpolicy.yaml"]
+    [path] = policies
+    doc = yaml.safe_load(path.read_text())
+    kyverno_valid(doc)
+    assert path.name == f"{doc['metadata']['name']}-clusterpolicy.yaml"
+    assert doc["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"][0][
+        "keys"]["publicKeys"] == PEM
+    assert "Needs Kyverno 1.13 or later" in path.read_text()
+    # the Deployment beside it names an image the references take
+    [dep] = [yaml.safe_load(Path(f).read_text()) for f in got.files
+             if f.endswith("-deployment.yaml")]
+    [c] = dep["spec"]["template"]["spec"]["containers"]
+    assert any(wildcard_match(p, kyverno_image(c["image"]))
+               for p in doc["spec"]["rules"][0]["verifyImages"][0]["imageReferences"])
+
+
+def test_run_refuses_an_admission_asked_for_where_there_is_no_policy(signed_ws, tmp_path):
+    from imgbuild.pipeline.run import run
+
+    with pytest.raises(InputError) as e:
+        run(signed_ws, "tiny-cpu", registry_name="127.0.0.1:5000/elsewhere",
+            emit=("k8s", tmp_path / "k8s"), admission="kyverno")
+    assert "127.0.0.1:5000/elsewhere has no signed-by policy" in str(e.value)
+    assert "drop --admission" in e.value.hint
+    assert not (tmp_path / "k8s").exists()  # refused before a file was written
+
+
+def test_the_cli_offers_the_admission_controllers_the_plan_writes():
+    from imgbuild.cli.parser import parser
+
+    run_parser = next(a for a in parser()._actions if a.dest == "command").choices["run"]
+    [opt] = [a for a in run_parser._actions if "--admission" in a.option_strings]
+    assert tuple(opt.choices) == ADMISSION and opt.default is None

@@ -164,6 +164,11 @@ def parser() -> argparse.ArgumentParser:
                    help="print the exact `docker run` line and start nothing")
     s.add_argument("--emit", nargs=2, metavar=("compose|k8s", "DIR"),
                    help="write a compose file, or Kubernetes manifests, into DIR")
+    s.add_argument("--admission", choices=("policy-controller", "kyverno"),
+                   help="with --emit k8s: the admission controller that enforces the registry's "
+                        "signed-by policy in the cluster, whose policy is written beside the "
+                        "manifests: Sigstore's policy-controller (a ClusterImagePolicy; the "
+                        "default) or Kyverno 1.13+ (a ClusterPolicy with a verifyImages rule)")
     s.add_argument("--gpus-per-node", type=int, default=8,
                    help="with --emit k8s: GPUs per node (a model sharded wider is a "
                         "LeaderWorkerSet over several nodes)")

@@ -40,6 +40,10 @@ def run(args, out) -> int:
         raise InputError(f"--port {args.port}: not a TCP port", hint="a number from 1 to 65535")
     if args.timeout <= 0:
         raise InputError(f"--timeout {args.timeout}: not a duration", hint="seconds, above 0")
+    if args.admission is not None and (emit is None or emit[0] != "k8s"):
+        raise InputError(f"--admission {args.admission}: an admission policy is for a "
+                         "Kubernetes cluster: it goes with --emit k8s DIR",
+                         hint="add --emit k8s DIR, or drop --admission")
     nccl = tuple((var, getattr(args, opt)) for opt, var in NCCL_OPTIONS
                  if getattr(args, opt) is not None)
     cluster = Cluster()
@@ -58,6 +62,6 @@ def run(args, out) -> int:
         nvidia_smi=args.nvidia_smi,
         model_cache=Path(args.model_cache).expanduser() if args.model_cache else None,
         read_only_root=args.read_only, env=env_pairs(args.env), cluster=cluster,
-        on_ready=lambda r: views.ready(out, r), progress=out.progress())
+        admission=args.admission, on_ready=lambda r: views.ready(out, r), progress=out.progress())
     views.report(out, report)
     return report.exit_code
