@@ -16,12 +16,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from cryptography.hazmat.primitives import hashes
 
 from imgbuild.catalog.registries import ATTESTATION_TYPES, SignPolicy
 from imgbuild.errors import InputError
 from imgbuild.plan.imagepolicy import (
     ADMISSION,
     PUBLIC_REKOR,
+    InlineTrust,
     cluster_image_policy,
     globs,
     image_references,
@@ -214,6 +216,90 @@ def test_a_keyless_kyverno_policy_names_its_identity_and_the_public_rekor():
     assert all(a["attestors"] == [{"entries": [keyless]}] for a in iv["attestations"])
     # the certificate's SCT and the log entry are checked: nothing tells Kyverno to skip them
     assert "ctlog" not in keyless["keyless"] and "ignoreTlog" not in keyless["keyless"]["rekor"]
+
+
+TRUST = InlineTrust(roots="ROOTS-PEM", rekor=(("https://rekor.example", "REKOR-PEM"),),
+                    ctlog=("CT-PEM",))
+
+
+def keyless_policy(**kw) -> SignPolicy:
+    return SignPolicy("r.yaml", issuer="https://i.example",
+                      subject="repo:acme/x:ref:refs/heads/main", trust_root="root.json", **kw)
+
+
+def test_a_keyless_kyverno_policy_with_a_trust_root_carries_it_inline():
+    """Kyverno's keyless attestor refers to no trust-root resource: the CAs and the log keys
+    go into the policy, so the cluster checks against the hosts' trust root, not Sigstore's."""
+    doc = kyverno_cluster_policy(REPO, keyless_policy(), None, TRUST)
+    kyverno_valid(doc)
+    [iv] = doc["spec"]["rules"][0]["verifyImages"]
+    [entry] = iv["attestors"][0]["entries"]
+    assert entry["keyless"]["roots"] == "ROOTS-PEM"
+    assert entry["keyless"]["rekor"] == {"url": "https://rekor.example", "pubkey": "REKOR-PEM"}
+    assert entry["keyless"]["ctlog"] == {"pubkey": "CT-PEM"}
+    assert all(a["attestors"] == iv["attestors"] for a in iv["attestations"])
+
+
+@pytest.mark.parametrize("tlog,sct", [(False, True), (True, False), (False, False)])
+def test_the_opt_outs_reach_the_kyverno_policy(tlog, sct):
+    doc = kyverno_cluster_policy(REPO, keyless_policy(tlog=tlog, sct=sct), None, TRUST)
+    kyverno_valid(doc)
+    [entry] = doc["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"]
+    assert (entry["keyless"]["rekor"] == {"ignoreTlog": True}) == (not tlog)
+    assert (entry["keyless"]["ctlog"] == {"ignoreSCT": True}) == (not sct)
+
+
+def test_several_current_log_keys_are_alternatives_not_all_required():
+    two = InlineTrust(roots="R", rekor=(("https://a", "A"), ("https://b", "B")),
+                      ctlog=("C1", "C2"))
+    doc = kyverno_cluster_policy(REPO, keyless_policy(), None, two)
+    kyverno_valid(doc)
+    [att] = doc["spec"]["rules"][0]["verifyImages"][0]["attestors"]
+    # Kyverno needs every entry of a set unless count says otherwise: any one pair suffices
+    assert att["count"] == 1
+    assert {(e["keyless"]["rekor"]["pubkey"], e["keyless"]["ctlog"]["pubkey"])
+            for e in att["entries"]} == {("A", "C1"), ("A", "C2"), ("B", "C1"), ("B", "C2")}
+
+
+def test_inline_trust_takes_every_ca_and_only_the_current_log_keys():
+    """On Sigstore's recorded public trust root (tests/data/sigstore): its CT log key that
+    stopped signing in 2022 is left out, the current ones kept."""
+    from imgbuild.image import keyless
+    from imgbuild.pipeline.run import inline_trust
+
+    path = Path(__file__).parent / "data" / "sigstore" / "trusted_root_pgi.json"
+    root = keyless.load_trust_root(path.read_bytes(), str(path))
+    got = inline_trust(root)
+    n_certs = len({c.fingerprint(hashes.SHA256()) for ca in root.cas for c in ca.chain})
+    assert got.roots.count("BEGIN CERTIFICATE") == n_certs > 0
+    ended = [k for k in root.ctlogs if k.valid.end is not None]
+    assert ended and len(got.ctlog) == len(root.ctlogs) - len(ended) > 0
+    assert [url for url, _ in got.rekor] == [k.name for k in root.tlogs if k.valid.end is None]
+    assert all(p.startswith("-----BEGIN PUBLIC KEY-----") for _, p in got.rekor)
+
+
+def test_run_emit_kyverno_inlines_the_policys_trust_root(tmp_path):
+    from imgbuild.pipeline.run import run
+    from imgbuild.workspace import Workspace
+
+    images = tmp_path / "images"
+    images.mkdir()
+    root = Path(__file__).parent / "data" / "sigstore" / "trusted_root_pgi.json"
+    (images / "registries.yaml").write_text(
+        f"registries:\n  - match: {REPO}\n    signed-by:\n      keyless:\n"
+        f"        issuer: https://token.actions.githubusercontent.com\n"
+        f"        subject: https://github.com/acme/x/.github/workflows/images.yml@refs/heads/main\n"
+        f"        trust-root: {root}\n")
+    ws = Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
+    got = run(ws, "tiny-cpu", registry_name=REPO, emit=("k8s", tmp_path / "k8s"),
+              admission="kyverno")
+    [path] = [Path(f) for f in got.files if f.endswith("-clusterpolicy.yaml")]
+    doc = yaml.safe_load(path.read_text())
+    kyverno_valid(doc)
+    entries = doc["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"]
+    assert entries and all("BEGIN CERTIFICATE" in e["keyless"]["roots"] for e in entries)
+    assert all(e["keyless"]["rekor"]["pubkey"].startswith("-----BEGIN PUBLIC KEY")
+               for e in entries)
 
 
 @pytest.mark.parametrize("policy", [KEY, KEYLESS], ids=["key", "keyless"])

@@ -18,16 +18,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
+
 from ..catalog.registries import SignPolicy
 from ..checks.doctor import Diagnosis, diagnose, to_dict
 from ..errors import EXIT_FAILED, EXIT_OK, InputError, JobFailed
-from ..image import cosign, daemon, signstore, toolkit
+from ..image import cosign, daemon, keyless, signstore, toolkit
 from ..image import launch as container
 from ..image.base import host_platform
 from ..payload import preflight as host_checks
 from ..plan.decide import make_plan
 from ..plan.fit import FitReport, fit_targets
-from ..plan.imagepolicy import ADMISSION, admission_header, admission_policy, trust_root_note
+from ..plan.imagepolicy import (
+    ADMISSION,
+    InlineTrust,
+    admission_header,
+    admission_policy,
+    trust_root_note,
+)
 from ..plan.launch import (
     Cluster,
     Launch,
@@ -295,13 +303,28 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                           "once the daemon answers", level="warn")
 
 
+def inline_trust(root: keyless.TrustRoot) -> InlineTrust:
+    """A trust root as the PEM text an inline admission policy carries: every CA certificate,
+    and the log keys with no end to their validity (the ones that sign new entries)."""
+    def key_pem(k: keyless.LogKey) -> str:
+        return k.key.public_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
+                                  serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    certs = dict.fromkeys(c.public_bytes(serialization.Encoding.PEM).decode()
+                          for ca in root.cas for c in ca.chain)
+    return InlineTrust(roots="".join(certs),
+                       rekor=tuple((k.name, key_pem(k)) for k in root.tlogs if k.valid.end is None),
+                       ctlog=tuple(key_pem(k) for k in root.ctlogs if k.valid.end is None))
+
+
 def emit_image_policy(repository: str, policy: SignPolicy, out_dir: Path,
                       admission: str = ADMISSION[0]) -> Path:
     """The admission policy for the registry's signed-by policy (plan/imagepolicy.py): a
     Sigstore policy-controller ClusterImagePolicy or a Kyverno ClusterPolicy, written beside the
     manifests and named as they are (NAME-KIND.yaml)."""
     pem = None if policy.keyless else cosign.public_pem(signstore.policy_key(policy)[0]).decode()
-    doc = admission_policy(admission, repository, policy, pem)
+    trust = (inline_trust(signstore.policy_trust_root(policy))
+             if admission == "kyverno" and policy.keyless and policy.trust_root else None)
+    doc = admission_policy(admission, repository, policy, pem, trust)
     name = doc["metadata"]["name"]
     path = Path(out_dir) / f"{name}-{doc['kind'].lower()}.yaml"
     note = trust_root_note(policy, name) if admission == "policy-controller" else None

@@ -14,7 +14,9 @@ config/crds/kyverno/kyverno.io_clusterpolicies.yaml)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+from dataclasses import dataclass
 
 from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
 
@@ -111,7 +113,40 @@ def image_references(match: str) -> list[str]:
     return [f"{m}:*", f"{m}@*", f"{m}/*"]
 
 
-def kyverno_cluster_policy(match: str, policy: SignPolicy, public_pem: str | None) -> dict:
+@dataclass(frozen=True)
+class InlineTrust:
+    """A keyless policy's trust root as PEM text, for an admission policy that carries it
+    inline (Kyverno's keyless attestor has no reference to a trust-root resource): the Fulcio
+    CAs' certificates, and the public keys of the transparency logs (Rekor) and of the
+    certificate-transparency logs current now (their validity has no end)."""
+
+    roots: str  # every certificate of every CA's chain, PEM, concatenated
+    rekor: tuple[tuple[str, str], ...]  # (base URL, public key PEM)
+    ctlog: tuple[str, ...]  # public key PEM
+
+
+def _keyless_attestors(policy: SignPolicy, trust: InlineTrust | None) -> list[dict]:
+    """Kyverno keyless attestor entries for a policy: against Sigstore's public roots where the
+    policy names no trust root; against its own (inline) where it does, one entry per
+    combination of current Rekor and CT-log keys, since Kyverno takes one key of each per
+    entry (the attestor set then needs any one of them: count 1)."""
+    who = {"subject": policy.subject, "issuer": policy.issuer}
+    if trust is None:
+        # Checked against Sigstore's public roots: the Fulcio chain, the certificate's SCT in
+        # the public CT log, and the signature's entry in the public Rekor.
+        return [{"keyless": {**who, "rekor": {"url": PUBLIC_REKOR}}}]
+    rekors: list[dict] = ([{"url": url, "pubkey": pem} for url, pem in trust.rekor]
+                          if policy.tlog else [{"ignoreTlog": True}])
+    ctlogs: list[dict] = ([{"pubkey": pem} for pem in trust.ctlog]
+                          if policy.sct else [{"ignoreSCT": True}])
+    # A trust root without a current key of a log the policy requires gives no entry: Kyverno
+    # then admits nothing, which is what the hosts' check does with that trust root.
+    return [{"keyless": {**who, "roots": trust.roots, "rekor": r, "ctlog": c}}
+            for r, c in itertools.product(rekors, ctlogs)]
+
+
+def kyverno_cluster_policy(match: str, policy: SignPolicy, public_pem: str | None,
+                           trust: InlineTrust | None = None) -> dict:
     """The Kyverno ClusterPolicy for a signed-by policy: one verifyImages rule on Pods (and,
     by Kyverno's autogen, on the controllers that make Pods: Deployment, StatefulSet, DaemonSet,
     Job, CronJob, ReplicaSet, ReplicationController), whose attestor is the policy's key (inline
@@ -124,17 +159,16 @@ def kyverno_cluster_policy(match: str, policy: SignPolicy, public_pem: str | Non
     field it does not know, falls back to Audit, and refuses the policy at apply (its own check:
     mutateDigest needs Enforce), so it never runs as a mere audit."""
     if policy.keyless:
-        # Checked against Sigstore's public roots: the Fulcio chain, the certificate's SCT in the
-        # public CT log, and the signature's entry in the public Rekor.
-        attestor: dict = {"keyless": {"subject": policy.subject, "issuer": policy.issuer,
-                                      "rekor": {"url": PUBLIC_REKOR}}}
+        entries = _keyless_attestors(policy, trust)
+        attestors: list[dict] = [{"count": 1, "entries": entries} if len(entries) > 1
+                                 else {"entries": entries}]
     else:
         assert public_pem is not None
         # imgbuild's key signatures have no transparency-log entry and no certificate: look for
         # neither (as `cosign verify --insecure-ignore-tlog`); the key alone decides.
-        attestor = {"keys": {"publicKeys": public_pem, "rekor": {"ignoreTlog": True},
-                             "ctlog": {"ignoreSCT": True}}}
-    attestors = [{"entries": [attestor]}]
+        attestors = [{"entries": [{"keys": {"publicKeys": public_pem,
+                                            "rekor": {"ignoreTlog": True},
+                                            "ctlog": {"ignoreSCT": True}}}]}]
     verify: dict = {
         "imageReferences": image_references(match),
         # imgbuild signs in cosign's format (signatures and attestations under the digest's
@@ -170,10 +204,13 @@ def kyverno_cluster_policy(match: str, policy: SignPolicy, public_pem: str | Non
 
 
 def admission_policy(admission: str, match: str, policy: SignPolicy,
-                     public_pem: str | None) -> dict:
-    """The policy for the admission controller the user chose (one of ADMISSION)."""
-    make = {"policy-controller": cluster_image_policy, "kyverno": kyverno_cluster_policy}
-    return make[admission](match, policy, public_pem)
+                     public_pem: str | None, trust: InlineTrust | None = None) -> dict:
+    """The policy for the admission controller the user chose (one of ADMISSION). A keyless
+    policy's trust root goes inline into Kyverno's; policy-controller's refers to a TrustRoot
+    resource by name instead (trust_root_note)."""
+    if admission == "kyverno":
+        return kyverno_cluster_policy(match, policy, public_pem, trust)
+    return cluster_image_policy(match, policy, public_pem)
 
 
 def admission_header(admission: str, policy: SignPolicy) -> str:
