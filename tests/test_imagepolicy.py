@@ -464,6 +464,25 @@ def test_run_emit_k8s_writes_the_kyverno_policy_when_asked(signed_ws, tmp_path):
                for p in doc["spec"]["rules"][0]["verifyImages"][0]["imageReferences"])
 
 
+@pytest.mark.parametrize("admission", [None, "kyverno"])
+def test_a_policy_key_that_cannot_be_read_leaves_no_manifest_behind(tmp_path, admission):
+    """The key is read before any launch file is written: a Deployment without the policy
+    that was meant to guard it is not left for a user to apply."""
+    from imgbuild.pipeline.run import run
+    from imgbuild.workspace import Workspace
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "registries.yaml").write_text(
+        f"registries:\n  - match: {REPO}\n    signed-by: {{key: keys/missing.pub}}\n")
+    ws = Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
+    out = tmp_path / "k8s"
+    with pytest.raises(InputError) as e:
+        run(ws, "tiny-cpu", registry_name=REPO, emit=("k8s", out), admission=admission)
+    assert "missing.pub" in str(e.value) + " ".join(e.value.facts)
+    assert not out.exists() or not list(out.iterdir())
+
+
 def test_run_refuses_an_admission_asked_for_where_there_is_no_policy(signed_ws, tmp_path):
     from imgbuild.pipeline.run import run
 

@@ -200,13 +200,18 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
             raise InputError(f"--admission {admission}: {plan.repository} has no signed-by "
                              "policy, so there is no admission policy to write",
                              facts=facts, hint=hint)
+        # The cluster admits only what the registry's signed-by policy accepts. Its key or
+        # trust root is read before any file is written: one that cannot be used leaves no
+        # manifests behind without their policy.
+        policy_file = (image_policy_file(plan.repository, policy, admission or ADMISSION[0])
+                       if policy is not None else None)
         files = emit_compose(launch, out_dir) if kind == "compose" else \
             emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node,
                      cluster=cluster or Cluster())
-        if policy is not None:
-            # The cluster admits only what the registry's signed-by policy accepts.
-            files = [*files, emit_image_policy(plan.repository, policy, out_dir,
-                                               admission or ADMISSION[0])]
+        if policy_file is not None:
+            name, text = policy_file
+            write(Path(out_dir) / name, text)
+            files = [*files, Path(out_dir) / name]
         return RunReport(target, plan.model, launch, "emitted", fit,
                          files=tuple(str(f) for f in files))
     assert host is not None
@@ -316,22 +321,22 @@ def inline_trust(root: keyless.TrustRoot) -> InlineTrust:
                        ctlog=tuple(key_pem(k) for k in root.ctlogs if k.valid.end is None))
 
 
-def emit_image_policy(repository: str, policy: SignPolicy, out_dir: Path,
-                      admission: str = ADMISSION[0]) -> Path:
-    """The admission policy for the registry's signed-by policy (plan/imagepolicy.py): a
-    Sigstore policy-controller ClusterImagePolicy or a Kyverno ClusterPolicy, written beside the
-    manifests and named as they are (NAME-KIND.yaml)."""
+def image_policy_file(repository: str, policy: SignPolicy,
+                      admission: str = ADMISSION[0]) -> tuple[str, str]:
+    """The admission policy for the registry's signed-by policy (plan/imagepolicy.py), its file
+    name and text: a Sigstore policy-controller ClusterImagePolicy or a Kyverno ClusterPolicy,
+    named as the manifests are (NAME-KIND.yaml). Reads the policy's key or trust root (exit 2
+    where either cannot be used); writes nothing."""
     pem = None if policy.keyless else cosign.public_pem(signstore.policy_key(policy)[0]).decode()
     trust = (inline_trust(signstore.policy_trust_root(policy))
              if admission == "kyverno" and policy.keyless and policy.trust_root else None)
     doc = admission_policy(admission, repository, policy, pem, trust)
     name = doc["metadata"]["name"]
-    path = Path(out_dir) / f"{name}-{doc['kind'].lower()}.yaml"
     note = trust_root_note(policy, name) if admission == "policy-controller" else None
-    write(path, admission_header(admission, policy)
-          + ("".join(f"# {line}\n" for line in textwrap.wrap("It " + note, 90)) if note else "")
-          + dump(doc))
-    return path
+    return (f"{name}-{doc['kind'].lower()}.yaml",
+            admission_header(admission, policy)
+            + ("".join(f"# {line}\n" for line in textwrap.wrap("It " + note, 90)) if note else "")
+            + dump(doc))
 
 
 def launch_on_host(launch: Launch, *, host_has_gpus: bool,
