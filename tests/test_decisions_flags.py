@@ -1,0 +1,197 @@
+"""Each flag of a command reaches its stage as the field it names, and only that field: the
+thin layer between the parser and the pipeline (cli/commands/*), tested as pip-tools tests its
+command layering. The stage itself is stood in for by a recorder that stops the command where
+it would start work, so nothing here needs an Engine, a registry or the network; the stages
+are tested on their own, and end to end in tests/test_docker.py and tests/test_installed.py.
+
+A flag dropped, swapped or inverted on its way (`smoke=args.no_smoke`, `flavor=None`) fails
+here, where before only the docker tests that happened to pass that flag could see it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from imgbuild.cli.commands import build as build_cmd
+from imgbuild.cli.commands import lock as lock_cmd
+from imgbuild.cli.commands import pull as pull_cmd
+from imgbuild.cli.commands import run as run_cmd
+from imgbuild.cli.main import main
+from imgbuild.pipeline.build import BuildOptions
+from imgbuild.plan.launch import Cluster
+
+
+class Reached(BaseException):
+    """The command got to its stage with these arguments (a BaseException, so that main's
+    error handling, which turns ImgbuildErrors into exit codes, lets it through)."""
+
+    def __init__(self, args: tuple, kwargs: dict) -> None:
+        super().__init__("reached")
+        self.call_args, self.call_kwargs = args, kwargs
+
+
+def reach(monkeypatch, module, stage: str, argv: list[str]) -> tuple[tuple, dict]:
+    def stand_in(*args, **kwargs):
+        raise Reached(args, kwargs)
+
+    monkeypatch.setattr(module, stage, stand_in)
+    with pytest.raises(Reached) as got:
+        main(argv)
+    return got.value.call_args, got.value.call_kwargs
+
+
+# --- build -----------------------------------------------------------------------------------
+
+def build_opts(monkeypatch, *flags: str, target: str = "tiny-cpu") -> BuildOptions:
+    (_, opts, _), _ = reach(monkeypatch, build_cmd, "build_target", ["build", target, *flags])
+    return opts
+
+
+def test_build_without_flags_asks_for_the_defaults(monkeypatch):
+    assert build_opts(monkeypatch) == BuildOptions(target="tiny-cpu")
+
+
+BUILD_FLAGS = [
+    (["--model", "tiny"], {"model": "tiny"}),
+    (["--registry", "127.0.0.1:5000/acme/x"], {"registry": "127.0.0.1:5000/acme/x"}),
+    (["--flavor", "slim"], {"flavor": "slim"}),
+    (["--push"], {"push": True}),
+    (["--platform", "linux/arm64"], {"platforms": ("linux/arm64",)}),
+    (["--platform", "arm64,linux/amd64"], {"platforms": ("linux/arm64", "linux/amd64")}),
+    (["--rebuild"], {"rebuild": True}),
+    (["--no-smoke"], {"smoke": False}),
+    (["--force"], {"force": True}),
+    (["--no-cache"], {"no_cache": True}),
+    (["--no-cache-from"], {"cache_from": False}),
+    (["--cache-from", "127.0.0.1:5000/rel:x", "--cache-from", "127.0.0.1:5000/rel:y"],
+     {"cache_from_refs": ("127.0.0.1:5000/rel:x", "127.0.0.1:5000/rel:y")}),
+    (["--resmoke"], {"resmoke": True}),
+    (["--compression", "zstd"], {"compression": "zstd"}),
+    (["--no-splice"], {"splice": False}),
+    (["--registry-cache"], {"registry_cache": True}),
+    (["--sign-key", "env://COSIGN_KEY"], {"sign_key": "env://COSIGN_KEY"}),
+]
+
+
+@pytest.mark.parametrize("flags, fields", BUILD_FLAGS, ids=[" ".join(f) for f, _ in BUILD_FLAGS])
+def test_each_build_flag_reaches_its_option_and_only_it(monkeypatch, flags, fields):
+    assert build_opts(monkeypatch, *flags) == dataclasses.replace(
+        BuildOptions(target="tiny-cpu"), **fields)
+
+
+def test_build_arch_and_log_dir_reach_their_options(monkeypatch, tmp_path):
+    opts = build_opts(monkeypatch, "--arch", "B200", "--arch", "12.0",
+                      target="sglang-blackwell")
+    assert opts == BuildOptions(target="sglang-blackwell", archs=("sm100", "sm120"))
+    logs = tmp_path / "logs"
+    assert build_opts(monkeypatch, "--log-dir", str(logs)) == BuildOptions(
+        target="tiny-cpu", log_dir=logs)
+
+
+def test_every_build_option_has_a_flag_tested_here():
+    """A field added to BuildOptions tomorrow gets its row in BUILD_FLAGS (or the test above)."""
+    tested = {f for _, fields in BUILD_FLAGS for f in fields} | {"archs", "log_dir", "target"}
+    assert {f.name for f in dataclasses.fields(BuildOptions)} - tested == set()
+
+
+# --- run -------------------------------------------------------------------------------------
+
+def run_kwargs(monkeypatch, *flags: str) -> dict:
+    (_, subject), kwargs = reach(monkeypatch, run_cmd, "run_model", ["run", "tiny-cpu", *flags])
+    assert subject == "tiny-cpu"
+    # The two callbacks are the views' and the console's: what they do is the views' tests'.
+    assert callable(kwargs.pop("on_ready")) and kwargs.pop("progress") is not None
+    return kwargs
+
+
+RUN_DEFAULTS = {"model": None, "registry_name": None, "port": None, "dry_run": False,
+                "emit": None, "gpus_per_node": 8, "keep": False, "detach": False,
+                "preflight": True, "timeout_s": 1800, "nvidia_smi": None,
+                "model_cache": None, "read_only_root": False, "env": (), "cluster": Cluster(),
+                "admission": None}
+
+
+def test_run_without_flags_asks_for_the_defaults(monkeypatch):
+    assert run_kwargs(monkeypatch) == RUN_DEFAULTS
+
+
+RUN_FLAGS = [
+    (["--model", "tiny"], {"model": "tiny"}),
+    (["--registry", "127.0.0.1:5000/acme/x"], {"registry_name": "127.0.0.1:5000/acme/x"}),
+    (["--port", "30001"], {"port": 30001}),
+    (["--dry-run"], {"dry_run": True}),
+    (["--emit", "compose", "out"], {"emit": ("compose", Path("out"))}),
+    (["--emit", "k8s", "out", "--admission", "kyverno"],
+     {"emit": ("k8s", Path("out")), "admission": "kyverno"}),
+    (["--emit", "k8s", "out", "--gpus-per-node", "4"],
+     {"emit": ("k8s", Path("out")), "gpus_per_node": 4}),
+    (["--keep"], {"keep": True}),
+    (["--detach"], {"detach": True}),
+    (["--no-preflight"], {"preflight": False}),
+    (["--timeout", "12.5"], {"timeout_s": 12.5}),
+    (["--nvidia-smi", "/opt/bin/nvidia-smi"], {"nvidia_smi": "/opt/bin/nvidia-smi"}),
+    (["--model-dir", "/srv/models"], {"model_cache": Path("/srv/models")}),
+    (["--read-only"], {"read_only_root": True}),
+    (["-e", "A=1", "--env", "B=x=y"], {"env": (("A", "1"), ("B", "x=y"))}),
+]
+
+
+@pytest.mark.parametrize("flags, fields", RUN_FLAGS, ids=[" ".join(f) for f, _ in RUN_FLAGS])
+def test_each_run_flag_reaches_its_argument_and_only_it(monkeypatch, flags, fields):
+    assert run_kwargs(monkeypatch, *flags) == RUN_DEFAULTS | fields
+
+
+def test_the_cluster_flags_reach_the_cluster(monkeypatch):
+    from imgbuild.cli.args import workspace
+    from imgbuild.cli.parser import parser
+    from imgbuild.plan.launch import cluster_for
+
+    flags = ["--emit", "k8s", "out", "--gke", "--rdma", "--rdma-resource", "rdma/ib",
+             "--nccl-ib-hca", "mlx5", "--nccl-ib-gid-index", "3", "--nccl-socket-ifname", "eth0"]
+    got = run_kwargs(monkeypatch, *flags)
+    assert got == RUN_DEFAULTS | {"emit": ("k8s", Path("out")), "cluster": got["cluster"]}
+    table = workspace(parser().parse_args(["run", "tiny-cpu"])).launch
+    assert got["cluster"] == cluster_for(
+        table, gke=True, rdma=True, rdma_resource="rdma/ib",
+        nccl=(("NCCL_IB_HCA", "mlx5"), ("NCCL_IB_GID_INDEX", "3"),
+              ("NCCL_SOCKET_IFNAME", "eth0")))
+    assert got["cluster"].gke and got["cluster"].rdma.resource == "rdma/ib"
+    # each alone: GKE without RDMA, RDMA on the table's resource
+    only_gke = run_kwargs(monkeypatch, "--emit", "k8s", "out", "--gke")["cluster"]
+    assert only_gke.gke and only_gke.rdma is None
+    only_rdma = run_kwargs(monkeypatch, "--emit", "k8s", "out", "--rdma")["cluster"]
+    assert not only_rdma.gke and only_rdma.rdma.resource == table.rdma.resource
+
+
+def test_the_model_cache_is_the_users_directory_expanded(monkeypatch):
+    got = run_kwargs(monkeypatch, "--model-cache", "~/models")
+    assert got["model_cache"] == Path("~/models").expanduser()
+
+
+# --- pull and lock ---------------------------------------------------------------------------
+
+def test_pull_passes_its_flags_and_one_platform(monkeypatch):
+    (_, target), kw = reach(monkeypatch, pull_cmd, "pull_target",
+                            ["pull", "tiny-cpu", "--registry", "127.0.0.1:5000/x"])
+    kw.pop("progress")
+    assert target == "tiny-cpu" and kw == {"model": None, "registry_name": "127.0.0.1:5000/x",
+                                           "archs": None, "flavor": None, "platform": None}
+    (_, _), kw = reach(monkeypatch, pull_cmd, "pull_target",
+                       ["pull", "tiny-cpu", "--registry", "127.0.0.1:5000/x", "--model", "m",
+                        "--flavor", "slim", "--platform", "arm64"])
+    kw.pop("progress")
+    assert kw == {"model": "m", "registry_name": "127.0.0.1:5000/x", "archs": None,
+                  "flavor": "slim", "platform": "linux/arm64"}
+
+
+def test_lock_passes_its_flags_and_all_means_every_target(monkeypatch):
+    (_, names), kw = reach(monkeypatch, lock_cmd, "lock_targets", ["lock", "tiny-cpu"])
+    kw.pop("progress")
+    assert names == ["tiny-cpu"] and kw == {"check": False, "refresh": False, "jobs": 4}
+    (ws, names), kw = reach(monkeypatch, lock_cmd, "lock_targets",
+                            ["lock", "--all", "--check", "--refresh", "--jobs", "2"])
+    kw.pop("progress")
+    assert names == list(ws.catalog.targets) and len(names) > 1
+    assert kw == {"check": True, "refresh": True, "jobs": 2}
