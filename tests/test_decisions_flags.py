@@ -195,3 +195,70 @@ def test_lock_passes_its_flags_and_all_means_every_target(monkeypatch):
     kw.pop("progress")
     assert names == list(ws.catalog.targets) and len(names) > 1
     assert kw == {"check": True, "refresh": True, "jobs": 2}
+
+
+# --- base and check-model --------------------------------------------------------------------
+
+def test_base_bootstrap_passes_its_flags(monkeypatch):
+    from imgbuild.cli.commands import base as base_cmd
+    from imgbuild.image import base as base_stage
+
+    (_, name), kw = reach(monkeypatch, base_stage, "bootstrap_base", ["base", "bootstrap"])
+    kw.pop("progress")
+    assert name == "debian-bookworm"
+    assert kw == {"registry": None, "rebuild": False, "record": False, "cpu_arch": "x86_64"}
+    (_, name), kw = reach(monkeypatch, base_stage, "bootstrap_base",
+                          ["base", "bootstrap", "--base", "debian-trixie", "--registry",
+                           "127.0.0.1:5000/b", "--rebuild", "--record", "--cpu-arch",
+                           "aarch64"])
+    kw.pop("progress")
+    assert name == "debian-trixie"
+    assert kw == {"registry": "127.0.0.1:5000/b", "rebuild": True, "record": True,
+                  "cpu_arch": "aarch64"}
+    assert base_cmd.base is base_stage  # the command calls the stage through its module
+
+
+def test_base_refresh_digests_passes_the_mirror_and_bootstraps_nothing(monkeypatch):
+    from imgbuild.image import base as base_stage
+    from imgbuild.image import digests
+
+    def no_bootstrap(*a, **kw):
+        raise AssertionError("refresh-digests bootstrapped a base")
+
+    monkeypatch.setattr(base_stage, "bootstrap_base", no_bootstrap)
+    (_,), kw = reach(monkeypatch, digests, "refresh_catalog", ["base", "refresh-digests"])
+    assert kw == {"mirror": None}
+    (_,), kw = reach(monkeypatch, digests, "refresh_catalog",
+                     ["base", "refresh-digests", "--mirror", "127.0.0.1:5000/hub"])
+    assert kw == {"mirror": "127.0.0.1:5000/hub"}
+
+
+def test_check_model_takes_the_target_given_or_the_images_label(monkeypatch, tmp_path):
+    from imgbuild.cli.commands import check_model as cm_cmd
+    from imgbuild.image import schemes
+
+    (_, model, target, fix), _ = reach(monkeypatch, cm_cmd, "check_model",
+                                       ["check-model", "m", "--target", "t1"])
+    assert (model, target, fix) == ("m", "t1", None)
+    (_, _, _, fix), _ = reach(monkeypatch, cm_cmd, "check_model",
+                              ["check-model", "m", "--target", "t1", "--fix", "out"])
+    assert fix == "out"
+    # --image: the Engine is asked which target built it (a stand-in for that one call), and
+    # --target, where given, wins over the label.
+    monkeypatch.setattr(schemes, "image_engine", lambda image: (None, None, None, "labelled"))
+    (_, _, target, _), _ = reach(monkeypatch, cm_cmd, "check_model",
+                                 ["check-model", "m", "--image", "img:1"])
+    assert target == "labelled"
+    (_, _, target, _), _ = reach(monkeypatch, cm_cmd, "check_model",
+                                 ["check-model", "m", "--image", "img:1", "--target", "t2"])
+    assert target == "t2"
+
+
+def test_check_model_without_a_target_or_a_label_is_refused(monkeypatch, capsys):
+    from imgbuild.image import schemes
+
+    assert main(["check-model", "m"]) == 2
+    assert "needs the target whose engine to check against" in capsys.readouterr().err
+    monkeypatch.setattr(schemes, "image_engine", lambda image: (None, None, None, None))
+    assert main(["check-model", "m", "--image", "img:1"]) == 2
+    assert "pass --target TARGET" in capsys.readouterr().err
