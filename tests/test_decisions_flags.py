@@ -262,3 +262,86 @@ def test_check_model_without_a_target_or_a_label_is_refused(monkeypatch, capsys)
     monkeypatch.setattr(schemes, "image_engine", lambda image: (None, None, None, None))
     assert main(["check-model", "m", "--image", "img:1"]) == 2
     assert "pass --target TARGET" in capsys.readouterr().err
+
+
+# --- the image commands ----------------------------------------------------------------------
+
+@pytest.fixture
+def daemon_answers(monkeypatch):
+    """The daemon check passes (what it says when none answers: test_decisions_commands)."""
+    from imgbuild.image import daemon
+
+    monkeypatch.setattr(daemon, "client", lambda: object())
+
+
+def test_smoke_passes_the_image_and_the_gpu_choice(monkeypatch, daemon_answers):
+    from imgbuild.image import smoke
+
+    (image,), kw = reach(monkeypatch, smoke, "run", ["smoke", "img:1"])
+    assert image == "img:1" and kw == {"gpu": "auto"}
+    (image,), kw = reach(monkeypatch, smoke, "run", ["smoke", "img:2", "--gpu", "require"])
+    assert image == "img:2" and kw == {"gpu": "require"}
+
+
+def test_size_measures_the_image_named(monkeypatch, daemon_answers):
+    from imgbuild.image import sizes
+
+    (image,), kw = reach(monkeypatch, sizes, "measure", ["size", "img:1", "--top", "3"])
+    assert image == "img:1" and kw == {}
+
+
+def test_preflight_passes_its_flags(monkeypatch):
+    from imgbuild.cli.commands import preflight as pf_cmd
+
+    (_, subject), kw = reach(monkeypatch, pf_cmd, "preflight", ["preflight", "tiny-cpu"])
+    assert subject == "tiny-cpu"
+    assert kw == {"model": None, "archs": None, "flavor": None, "model_dir": None,
+                  "nvidia_smi": None}
+    (_, subject), kw = reach(monkeypatch, pf_cmd, "preflight",
+                             ["preflight", "sglang-blackwell", "--model", "m", "--arch", "B200",
+                              "--flavor", "slim", "--model-dir", "/srv/m", "--nvidia-smi",
+                              "/opt/nvidia-smi"])
+    assert kw == {"model": "m", "archs": ("sm100",), "flavor": "slim", "model_dir": "/srv/m",
+                  "nvidia_smi": "/opt/nvidia-smi"}
+
+
+def test_smoke_model_passes_its_flags_and_the_checked_log_dir(monkeypatch, tmp_path):
+    from imgbuild.cli.commands import smoke_model as sm_cmd
+
+    (_, alias), kw = reach(monkeypatch, sm_cmd, "smoke_model_for", ["smoke-model", "tiny"])
+    kw.pop("progress")
+    assert alias == "tiny" and kw == {"registry_name": None, "push": False, "log_dir": None}
+    logs = tmp_path / "made" / "here"
+    (_, alias), kw = reach(monkeypatch, sm_cmd, "smoke_model_for",
+                           ["smoke-model", "tiny", "--registry", "127.0.0.1:5000/m", "--push",
+                            "--log-dir", str(logs)])
+    kw.pop("progress")
+    assert kw == {"registry_name": "127.0.0.1:5000/m", "push": True, "log_dir": logs}
+    assert logs.is_dir()  # made before the stage started, as for a build
+
+
+def test_report_passes_the_registry_and_the_targets(monkeypatch):
+    from imgbuild.cli.commands import report as report_cmd
+
+    (_,), kw = reach(monkeypatch, report_cmd, "collect", ["report", "--json"])
+    assert kw == {"registry": None, "targets": None}
+    (_,), kw = reach(monkeypatch, report_cmd, "collect",
+                     ["report", "--json", "--registry", "127.0.0.1:5000/x", "a", "b"])
+    assert kw == {"registry": "127.0.0.1:5000/x", "targets": ("a", "b")}
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["report"], "neither was asked for"),
+    (["report", "--html", " "], "--html is empty"),
+    (["report", "--json", "--registry", "127.0.0.1:5000/UPPER"], "UPPER"),
+])
+def test_report_refuses_before_collecting(monkeypatch, capsys, argv, said):
+    from imgbuild.cli.commands import report as report_cmd
+
+    def no_collect(*a, **kw):
+        raise AssertionError("collected")
+
+    monkeypatch.setattr(report_cmd, "collect", no_collect)
+    assert main(argv) == 2
+    got = capsys.readouterr()
+    assert said in got.err + got.out  # with --json, the error is the JSON document
