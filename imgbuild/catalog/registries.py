@@ -51,6 +51,11 @@ ATTESTATION_TYPES = {"cyclonedx": "https://cyclonedx.org/bom",
                      "slsaprovenance1": "https://slsa.dev/provenance/v1"}
 
 
+# The `where` of a SignPolicy that stands for a signing key itself (`imgbuild index --sign-key`
+# asks each platform image for that key's signature where no policy is set).
+SIGNING_KEY = "--sign-key"
+
+
 @dataclass(frozen=True)
 class SignPolicy:
     """Whose signature an image in a registry must carry: a public key, or (keyless) a

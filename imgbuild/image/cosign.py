@@ -36,7 +36,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
+from ..catalog.registries import ATTESTATION_TYPES, SIGNING_KEY, SignPolicy
 from . import keyless
 
 SIG_LAYER = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -291,8 +291,9 @@ Check = tuple[str, bool, str]  # (what, ok, detail), as verify's checks
 
 
 def check_signature(image_digest: str, layers: list[Layer] | None,
-                    key: ec.EllipticCurvePublicKey) -> Check:
-    """Whether one signature under `.sig` is `key`'s over a payload that names this digest."""
+                    key: ec.EllipticCurvePublicKey, whose: str = "the policy's key") -> Check:
+    """Whether one signature under `.sig` is `key`'s over a payload that names this digest;
+    `whose` says in the detail what the key is to the caller."""
     if not layers:
         return ("signature", False, f"none: the registry holds no {sig_tag(image_digest)}")
     seen = []
@@ -316,8 +317,8 @@ def check_signature(image_digest: str, layers: list[Layer] | None,
         elif digest != image_digest:
             seen.append(f"a signature by this key of another image, {digest}")
         else:
-            return ("signature", True, f"signed by {key_id(key)} (the policy's key)")
-    return ("signature", False, f"no signature by {key_id(key)} (the policy's key): "
+            return ("signature", True, f"signed by {key_id(key)} ({whose})")
+    return ("signature", False, f"no signature by {key_id(key)} ({whose}): "
             f"{len(layers)} found, " + "; ".join(sorted(set(seen))))
 
 
@@ -469,7 +470,9 @@ def judge(policy: SignPolicy, image_digest: str, sig_layers: list[Layer] | None,
         return checks + [check_keyless_attestation(image_digest, att_layers, policy, root, now,
                                                    kind) for kind in policy.attestations]
     assert key is not None
-    checks = [check_signature(image_digest, sig_layers, key)]
+    # The policy `imgbuild index --sign-key` asks of each platform image is the signing key's.
+    whose = "the signing key" if policy.where == SIGNING_KEY else "the policy's key"
+    checks = [check_signature(image_digest, sig_layers, key, whose)]
     checks += [check_attestation(image_digest, att_layers, key, kind)
                for kind in policy.attestations]
     return checks

@@ -138,11 +138,18 @@ def push_index(repo: Repository, tags: tuple[str, ...], body: bytes) -> str:
                         hint="no tag was moved; the registry's index stays the one its content "
                              "tag names")
     for tag in tags:
-        r = repo.api.request("PUT", f"{repo.path}/manifests/{tag}",
-                             scope=repo.scope("pull", "push"), data=body,
-                             headers={"Content-Type": OCI_INDEX})
-        _expect(r, (200, 201), repo, f"index {tag}")
+        put_index(repo, tag, body)
     return digest
+
+
+def put_index(repo: Repository, reference: str, body: bytes) -> str:
+    """PUT the index under `reference`: a tag, or its own digest (the registry then holds it
+    with no tag naming it: what is signed before any tag moves). Its digest."""
+    r = repo.api.request("PUT", f"{repo.path}/manifests/{reference}",
+                         scope=repo.scope("pull", "push"), data=body,
+                         headers={"Content-Type": OCI_INDEX})
+    _expect(r, (200, 201), repo, f"index {reference}")
+    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def fetch_index(repo: Repository, tag: str) -> tuple[str, dict[str, str]] | None:

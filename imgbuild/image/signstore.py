@@ -112,14 +112,13 @@ def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
          predicates: Mapping[str, dict]) -> list[str]:
     """Sign image_digest and attest each predicate ({predicate type: predicate}) with `key`,
     cosign's way; what the registry holds under `.sig`/`.att` is kept (other signers' too) and
-    nothing is added where this key's is there already. The tags written."""
+    nothing is added where this key's is there already. The tags written, `.sig` first.
+
+    The attestations are written first and the signature last: a signing cut short leaves no
+    signature over a digest whose attestations are missing (a `.att` alone is what a second
+    run completes), so whoever checks the signature alone never accepts a half-signed image."""
     pub = key.key.public_key()
     written = []
-    held = fetch_layers(repo, cosign.sig_tag(image_digest)) or []
-    layers = cosign.merged(held, cosign.signature_layer(key, repo.name, image_digest),
-                           lambda la: cosign.check_signature(image_digest, [la], pub)[1])
-    if layers is not None:
-        written.append(_put(repo, cosign.sig_tag(image_digest), layers))
     held = fetch_layers(repo, cosign.att_tag(image_digest)) or []
     added = False
     for ptype, predicate in predicates.items():
@@ -132,6 +131,11 @@ def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
             held, added = more, True
     if added:
         written.append(_put(repo, cosign.att_tag(image_digest), held))
+    sigs = fetch_layers(repo, cosign.sig_tag(image_digest)) or []
+    layers = cosign.merged(sigs, cosign.signature_layer(key, repo.name, image_digest),
+                           lambda la: cosign.check_signature(image_digest, [la], pub)[1])
+    if layers is not None:
+        written.insert(0, _put(repo, cosign.sig_tag(image_digest), layers))
     return written
 
 
@@ -178,9 +182,11 @@ def checks(repo: registry.Repository, image_digest: str,
 
 
 def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | None,
-            ref: str) -> list[cosign.Check]:
+            ref: str, *, what: str = "",
+            sign_with: str = "`imgbuild TARGET --push --sign-key KEY`") -> list[cosign.Check]:
     """Refuse (exit 1) an image its registry's policy does not accept, before anything of it
-    is downloaded; [] where no policy applies."""
+    is downloaded; [] where no policy applies. `what` names it in the message ("the index "
+    for a multi-platform tag's index), `sign_with` the command that signs it."""
     if policy is None:
         return []
     found, path = checks(repo, image_digest, policy)
@@ -188,7 +194,7 @@ def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | N
     if bad:
         pinned = f"{repo.name}@{image_digest}"
         raise JobFailed(
-            f"{pinned} is not signed as {policy.where} asks; nothing was pulled",
+            f"{what}{pinned} is not signed as {policy.where} asks; nothing was pulled",
             facts=[f"{ref} names {image_digest}",
                    ("policy: " + (f"signed by the key {path or '(inline PEM)'}" if not
                                   policy.keyless else f"keyless, {policy.subject} (issuer "
@@ -197,10 +203,9 @@ def enforce(repo: registry.Repository, image_digest: str, policy: SignPolicy | N
                     + (", attestations " + ", ".join(policy.attestations)
                        if policy.attestations else "")),
                    *[f"{c}: {d}" for c, d in bad]],
-            hint="pull an image the project's CI signed, or sign this one "
-                 + ("with the policy's key (`imgbuild TARGET --push --sign-key KEY`)"
-                    if not policy.keyless else
-                    f"as {policy.subject} (`--sign-key keyless` in that workflow)")
+            hint=f"pull {'an index' if what else 'an image'} the project's CI signed, or sign "
+                 "this one " + (f"with the policy's key ({sign_with})" if not policy.keyless else
+                                f"as {policy.subject} (`--sign-key keyless` in that workflow)")
                  + "; cosign checks the same: "
                  + cosign.cosign_commands(policy, path, pinned, plain_http=repo.plain_http)[0])
     return found
