@@ -319,6 +319,8 @@ DEFERRED = {
     ("imgbuild.image.attest", "imgbuild.image.signstore"): "verify under a signed-by policy",
     ("imgbuild.pipeline.obtain", "imgbuild.image.signstore"): "a pull under a signed-by policy",
     ("imgbuild.cli.views.image", "imgbuild.image.cosign"): "likewise, cosign's own command",
+    ("imgbuild.pipeline.index", "imgbuild.image.signstore"): "an index signed or under a policy",
+    ("imgbuild.pipeline.index", "imgbuild.image.cosign"): "likewise, cosign's own command",
     ("imgbuild.cli.views.image", "imgbuild.image.registry"): "likewise",
 }
 

@@ -223,6 +223,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="every multi-platform target")
     s.add_argument("--model")
     s.add_argument("--registry", required=True)
+    s.add_argument("--sign-key", metavar="KEY",
+                   default=os.environ.get("IMGBUILD_SIGN_KEY") or None,
+                   help="sign the index and attest it (an SBOM of its platform images, its "
+                        "provenance) in Sigstore cosign's format, after it is put by digest and "
+                        "before any tag moves; refused unless every platform image is signed by "
+                        "this key: a cosign key file (its password in COSIGN_PASSWORD) or "
+                        "env://VAR (env IMGBUILD_SIGN_KEY)")
     s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
     s.add_argument("image")
     s.add_argument("--gpu", choices=("auto", "off", "require"), default="auto",

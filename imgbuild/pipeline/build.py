@@ -145,6 +145,7 @@ class MultiOutcome:
                 "platforms": {o.plan.platform: o.to_dict() for o in self.outcomes},
                 "index": self.index.to_dict() | {
                     "digest": self.assembled.digest if self.assembled else None,
+                    "signed": list(self.assembled.signed) if self.assembled else [],
                     "held": self.held},
                 "content_tag": self.index.ref(), "refs": list(self.index.refs),
                 "pushed": pushed, "moved": list(self.moved), "held": self.held,
@@ -165,20 +166,28 @@ def build_target(ws: Workspace, opts: BuildOptions,
     repo = registry.repository(opts.registry, opts.push)
     index = make_index_plan(ws, opts.target, model=opts.model, repository=repo.name,
                             archs=opts.archs, flavor=opts.flavor, forced=opts.force)
+    # The key signs each platform's image (build_platform opens it again) and then the index;
+    # opened here first, so a key that cannot sign is refused before anything is built.
+    policy = ws.registries.policy_for(repo.name) if opts.push else None
+    signer = signing_key(opts.sign_key, push=opts.push, policy=policy)
     outcomes = []
     for p in chosen:
         progress.note(f"{opts.target}: {p}" + (" (under QEMU user emulation)"
                                                 if p != base_image.host_platform() else ""))
         outcomes.append(build_platform(ws, opts, p, progress))
     return finish_index(index, tuple(outcomes), repo, push=opts.push, client=daemon.client(),
-                        seconds_from=start, progress=progress)
+                        seconds_from=start, signer=signer, policy=policy,
+                        commit=attest.git_commit(ws.images) if signer is not None else None,
+                        progress=progress)
 
 
 def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry.Repository, *,
-                 push: bool, client, seconds_from: float,
+                 push: bool, client, seconds_from: float, signer: SigningKey | None = None,
+                 policy: SignPolicy | None = None, commit: str | None = None,
                  progress: Progress = SILENT) -> MultiOutcome:
     """After each platform's gate: the moving tags locally onto this host's platform image,
-    and in the registry onto the index, assembled once every platform passed and was pushed."""
+    and in the registry onto the index, assembled once every platform passed and was pushed
+    (and, with `signer`, signed before its tags move: pipeline/index.py)."""
     from ..image import base as base_image  # imported on use: several platforms
 
     host = base_image.host_platform()
@@ -203,7 +212,8 @@ def finish_index(index: IndexPlan, outcomes: tuple[Outcome, ...], repo: registry
                 f"--registry REPO` once each is pushed)")
     elif not push:
         held = "not pushed (--push assembles the index in the registry)"
-    assembled = assemble(index, repo, progress=progress) if held is None else None
+    assembled = assemble(index, repo, signer=signer, policy=policy, commit=commit,
+                         progress=progress) if held is None else None
     if held:
         progress.note(f"index {index.ref()} not assembled: {held}")
     return MultiOutcome(index, outcomes, assembled, tuple(moved), held,

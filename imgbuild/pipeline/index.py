@@ -5,16 +5,31 @@ Each platform's image is built, smoke-tested and pushed on its own (on its own r
 provenance by that image's digest. The index is assembled after all of them passed: it lists
 the registry's manifests for the platforms' content tags, goes under the index's content tag,
 and only then under the moving tags. An index never lists an image without a passing report.
+
+With a signing key (`--sign-key`, IMGBUILD_SIGN_KEY) the index is signed in cosign's format
+(image/indexsign.py says what it is attested with, and why): it is put in the registry by its
+digest, no tag naming it yet, then signed, then checked against the registry's `signed-by`
+policy, and only then do its content tag and moving tags go onto it. A signing or a check that
+fails moves no tag: what stays is an index no tag names, and its attestations or signature
+where they were written (a second run, the same platforms giving the same digest, adds only
+what is missing). Before anything is written, each platform's image must be signed by the same
+key (under a policy: pass the whole policy), or the index is not assembled at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..errors import JobFailed
-from ..image import registry
+from ..catalog.registries import SignPolicy
+from ..errors import EnvError, JobFailed
+from ..image import attest, indexsign, registry
 from ..plan.index import IndexPlan
 from ..progress import SILENT, Progress
+
+if TYPE_CHECKING:
+    from ..image.cosign import SigningKey
 
 
 @dataclass(frozen=True)
@@ -23,11 +38,13 @@ class Assembled:
     digest: str
     manifests: tuple[tuple[str, str], ...]  # (platform, manifest digest)
     pushed: tuple[str, ...]  # ref@digest: the content tag, then the moving tags
+    signed: tuple[str, ...] = ()  # the `.sig`/`.att` tags this run wrote for the index
 
     def to_dict(self) -> dict:
         return {"target": self.plan.target, "content_tag": self.plan.content_tag,
                 "refs": list(self.plan.refs), "digest": self.digest,
-                "manifests": dict(self.manifests), "pushed": list(self.pushed)}
+                "manifests": dict(self.manifests), "pushed": list(self.pushed),
+                "signed": list(self.signed)}
 
 
 @dataclass(frozen=True)
@@ -41,12 +58,16 @@ class Stored:
     architecture: str | None = None
     report: dict | None = None
     problems: tuple[str, ...] = ()  # what `verify` finds wrong with the image itself
+    # The signature checks asked of the image before its index is assembled (indexsign's
+    # platform_policy): () where none is asked.
+    signature: tuple[tuple[str, bool, str], ...] = ()
 
 
 def refusals(stored: tuple[Stored, ...]) -> list[str]:
     """Why the index may not be assembled, one line a platform's problem; [] when every
-    platform's image is there, of its platform, with a passing (or forced) smoke report. The
-    decision alone, on plain data: `assemble` only gathers what it reads."""
+    platform's image is there, of its platform, with a passing (or forced) smoke report, and
+    passes the signature checks asked of it. The decision alone, on plain data: `assemble`
+    only gathers what it reads."""
     problems: list[str] = []
     for s in stored:
         if s.descriptor is None:
@@ -60,13 +81,18 @@ def refusals(stored: tuple[Stored, ...]) -> list[str]:
             problems.append(f"{s.platform}: no smoke report stored for {digest}")
         elif not (s.report.get("ok") or s.report.get("forced")):
             problems.append(f"{s.platform}: its smoke report for {digest} says FAILED")
+        problems.extend(indexsign.platform_refusals(s.platform, digest, s.signature))
     return problems
 
 
-def assemble(plan: IndexPlan, repo: registry.Repository, *,
+def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey | None = None,
+             policy: SignPolicy | None = None, commit: str | None = None,
              progress: Progress = SILENT) -> Assembled:
     """Check every platform's image in the registry (there, of its platform, with a passing or
-    forced smoke report), then push the index and move the moving tags onto it."""
+    forced smoke report; signed by `signer`'s key, or passing `policy`), then put the index by
+    its digest, sign it with `signer`, check it against `policy`, and only then move its content
+    tag and its moving tags onto it."""
+    wanted = indexsign.platform_policy(policy, signer.public_pem().decode() if signer else None)
     stored: list[Stored] = []
     for p in plan.plans:
         d = registry.manifest_descriptor(repo, p.content_tag)
@@ -76,20 +102,104 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *,
         _, config = registry.image_config(repo, d["digest"])
         stored.append(Stored(p.platform, p.ref(), d, config.get("architecture"),
                              registry.fetch_report(repo, d["digest"]),
-                             tuple(registry.image_problems(repo, d["digest"]))))
+                             tuple(registry.image_problems(repo, d["digest"])),
+                             _signature_checks(repo, d["digest"], wanted)))
     problems = refusals(tuple(stored))
     if problems:
+        unsigned = [line for s in stored if s.descriptor is not None
+                    for line in indexsign.platform_refusals(s.platform, s.descriptor["digest"],
+                                                            s.signature)]
+        build = (f"build, smoke-test and push each platform (`imgbuild {plan.target} --platform "
+                 f"PLATFORM --push --registry {repo.name}`)")
+        sign = (f"sign each platform's image with the same key: build it here (`imgbuild "
+                f"{plan.target} --platform PLATFORM --push --rebuild --sign-key KEY --registry "
+                f"{repo.name}`; an image only pulled back is not signed), or `cosign sign --key "
+                "KEY REPO@DIGEST` and `cosign attest` its SBOM and provenance")
+        only_unsigned = len(unsigned) == len(problems)
+        if unsigned and wanted is not None:
+            problems.append(indexsign.asked_of_platforms(wanted, _key_named(wanted, signer)))
         raise JobFailed(
             f"the index of {plan.target} was not assembled; no tag moved", facts=problems,
-            hint=f"build, smoke-test and push each platform (`imgbuild {plan.target} --platform "
-                 f"PLATFORM --push --registry {repo.name}`), then run `imgbuild index "
-                 f"{plan.target} --registry {repo.name}` again")
+            hint=(sign if only_unsigned else
+                  f"{build}{'; ' + sign if unsigned else ''}")
+            + f", then run `imgbuild index {plan.target} --registry {repo.name}` again")
     entries = [(s.platform, s.descriptor) for s in stored if s.descriptor is not None]
+    manifests = tuple((p, d["digest"]) for p, d in entries)
     body = registry.index_document(entries, {
         "io.imgbuild.target": plan.target, "io.imgbuild.content-key": plan.content_key})
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    held = registry.manifest_digest(repo, plan.content_tag)
+    if (why := indexsign.content_tag_refusal(held, digest)) is not None:
+        raise JobFailed(f"{repo.name}:{plan.content_tag} already names another index; content "
+                        "tags never move", facts=[why],
+                        hint="nothing was written and no tag was moved; the registry's index "
+                             "stays the one its content tag names")
+    pinned = f"{repo.name}@{digest}"
+    # By digest first: signed before this run moves a tag onto it.
+    registry.put_index(repo, digest, body)
+    signed: list[str] = []
+    if signer is not None:
+        from ..image import signstore  # imported on use: the crypto, only to sign
+
+        predicates = indexsign.index_predicates(
+            repo.name, digest, target=plan.target, model=plan.model,
+            content_tag=plan.content_tag, content_key=plan.content_key, manifests=manifests,
+            tool_version=attest.imgbuild_version(), commit=commit)
+        try:
+            signed = signstore.sign(repo, digest, signer, predicates)
+        except (JobFailed, EnvError) as e:
+            raise type(e)(f"the index {pinned} was not signed; no tag moved",
+                          facts=[e.message, *e.facts,
+                                 "the index is in the registry by its digest only: no tag "
+                                 "names it"],
+                          hint=(e.hint + "; then " if e.hint else "")
+                          + f"run `imgbuild index {plan.target} --registry {repo.name} "
+                            "--sign-key KEY` again: the same platforms give the same index, "
+                            "and what was written is kept") from None
+        progress.note(f"signed the index {repo.name}@{digest[:19]}… with {signer.source}"
+                      + (f": {', '.join(signed)}" if signed else
+                         " (its signature and attestations were there already)"))
+    if policy is not None:
+        from ..image import signstore  # imported on use: the crypto, for a policy only
+
+        found, path = signstore.checks(repo, digest, policy)
+        bad = [f"{c}: {d}" for c, ok, d in found if not ok]
+        if bad:
+            from ..image import cosign
+
+            raise JobFailed(
+                f"the tags of {plan.target} were not moved: the index {pinned} is not signed "
+                f"as {policy.where} asks", facts=[
+                    "the index is in the registry by its digest only: no tag names it", *bad],
+                hint=f"sign it with the policy's key: `imgbuild index {plan.target} --registry "
+                     f"{repo.name} --sign-key KEY`, or `cosign sign --key KEY {pinned}` (and "
+                     "`cosign attest` what the policy asks), then run `imgbuild index` again; "
+                     "cosign checks the same: " + cosign.cosign_commands(
+                         policy, path, pinned, plain_http=repo.plain_http)[0])
     tags = (plan.content_tag,) + plan.tags
-    digest = registry.push_index(repo, tags, body)
+    registry.push_index(repo, tags, body)
     progress.note(f"pushed the index {plan.ref()}@{digest[:19]}… ({', '.join(plan.platforms)})"
                   f" and moved {', '.join(plan.tags)} onto it")
-    return Assembled(plan, digest, tuple((p, d["digest"]) for p, d in entries),
-                     tuple(f"{plan.ref(t)}@{digest}" for t in tags))
+    return Assembled(plan, digest, manifests, tuple(f"{plan.ref(t)}@{digest}" for t in tags),
+                     tuple(signed))
+
+
+def _signature_checks(repo: registry.Repository, digest: str,
+                      wanted: SignPolicy | None) -> tuple[tuple[str, bool, str], ...]:
+    if wanted is None:
+        return ()
+    from ..image import signstore  # imported on use: the crypto, only where asked
+
+    return tuple(signstore.checks(repo, digest, wanted)[0])
+
+
+def _key_named(wanted: SignPolicy, signer: SigningKey | None) -> str:
+    """The public key a platform image was asked to be signed by, as messages name it."""
+    from ..image import cosign, signstore  # imported on use: a key is there to name
+
+    if wanted.keyless:
+        return "no key (keyless)"
+    if signer is not None:
+        return f"{cosign.key_id(signer.key.public_key())} ({signer.source})"
+    key, path = signstore.policy_key(wanted)
+    return f"{cosign.key_id(key)} ({path or 'inline PEM'})"

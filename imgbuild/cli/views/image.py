@@ -66,6 +66,8 @@ def build_index(out: Output, o: MultiOutcome) -> None:
         rows.append(("tags here", "\n".join(o.moved) + "\n(onto this host's platform image)"))
     if o.assembled is not None:
         rows.append(("pushed", "\n".join(o.assembled.pushed)))
+        if o.assembled.signed:
+            rows.append(("signed", "\n".join(o.assembled.signed)))
     if o.held:
         rows.append(("not assembled", o.held))
     kv(out.out, f"{o.index.target}: index {o.index.content_tag}", rows)
@@ -78,7 +80,8 @@ def indexes(out: Output, done: list[Assembled]) -> None:
     for a in done:
         kv(out.out, f"{a.plan.target}: index assembled", [
             ("manifests", "\n".join(f"{p}: {d}" for p, d in a.manifests)),
-            ("pushed", "\n".join(a.pushed))])
+            ("pushed", "\n".join(a.pushed))]
+            + ([("signed", "\n".join(a.signed))] if a.signed else []))
 
 
 def pull(out: Output, o: PullOutcome) -> None:
