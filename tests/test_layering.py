@@ -321,6 +321,7 @@ DEFERRED = {
     ("imgbuild.cli.views.image", "imgbuild.image.cosign"): "likewise, cosign's own command",
     ("imgbuild.pipeline.index", "imgbuild.image.signstore"): "an index signed or under a policy",
     ("imgbuild.pipeline.index", "imgbuild.image.cosign"): "likewise, cosign's own command",
+    ("imgbuild.cli.commands.verify", "imgbuild.image.signstore"): "an index under a policy",
     ("imgbuild.cli.views.image", "imgbuild.image.registry"): "likewise",
 }
 

@@ -72,6 +72,14 @@ def pull_target(ws: Workspace, target: str, *, model: str | None, registry_name:
         progress.note(f"signatures not checked: images/registries.yaml gives {repo.name} no "
                       "signed-by policy")
     else:
+        if index_digest is not None:
+            # The index first: what `cosign verify` on the multi-arch tag and a cluster's
+            # admission policy read (image/indexsign.py); then the image taken from it.
+            signstore.enforce(repo, index_digest, policy, index.ref(),
+                              what=f"the index of {index.target}, ",
+                              sign_with=f"`imgbuild index {index.target} --registry {repo.name} "
+                                        "--sign-key KEY`")
+            progress.note(f"signature of the index {repo.name}@{index_digest[:19]}… accepted")
         signstore.enforce(repo, want, policy, plan.ref())
         progress.note(f"signature of {repo.name}@{want[:19]}… accepted ({policy.where}); cosign "
                       "checks the same: " + cosign.cosign_commands(

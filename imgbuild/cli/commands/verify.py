@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ...catalog.registries import SignPolicy
 from ...errors import InputError
-from ...image import attest, registry
+from ...image import attest, indexsign, registry
 from ...image.registry import Repository
 from ..args import workspace
 from ..views import image as views
@@ -25,16 +25,28 @@ def run(args, out) -> int:
     policy = signature_policy(args.key, ws.registries.policy_for(repo.name))
     d = registry.manifest_descriptor(repo, tag)
     if d is not None and d["mediaType"] in registry.INDEX_TYPES:
-        # An index: each platform's image is checked, with its own report, SBOM and provenance.
-        _, manifests = registry.fetch_index(repo, tag)
+        # An index: its own signature and attestations (what `cosign verify` on the tag
+        # reads), then each platform's image, with its own report, SBOM and provenance.
+        digest, manifests = registry.fetch_index(repo, tag)
+        own = index_checks(repo, digest, policy)
         found = {p: _verify(ws, repo, m, p, policy) for p, m in manifests.items()}
-        views.index_verification(out, args.ref, d["digest"], found)
-        views.signature_policy(out, policy, repo.name, found.values())
-        return 0 if found and all(v.ok for v in found.values()) else 1
+        views.index_verification(out, args.ref, digest, found, own)
+        views.signature_policy(out, policy, repo.name, found.values(), index_digest=digest)
+        return 0 if indexsign.verified(own, [v.ok for v in found.values()]) else 1
     first = _verify(ws, repo, tag, None, policy)
     views.verification(out, first)
     views.signature_policy(out, policy, repo.name, [first])
     return 0 if first.ok else 1
+
+
+def index_checks(repo: Repository, digest: str,
+                 policy: SignPolicy | None) -> list[tuple[str, bool, str]]:
+    """The index's own checks: its signature and attestations under the policy ([]: none)."""
+    if policy is None:
+        return []
+    from ...image import signstore  # imported on use: the crypto, for a policy only
+
+    return signstore.checks(repo, digest, policy)[0]
 
 
 def signature_policy(key: str | None, configured: SignPolicy | None) -> SignPolicy | None:

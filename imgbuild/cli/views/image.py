@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
+from ...image.indexsign import verified
 from ...image.smoke import SmokeReport
 from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
 from ...pipeline.build import MultiOutcome, Outcome
@@ -196,22 +197,32 @@ def smoke_model(out: Output, doc: dict) -> None:
             ("pushed", doc["pushed"] or "no")])
 
 
-def index_verification(out: Output, ref: str, digest: str, found: dict) -> None:
-    """found: platform → image.attest.Verification of the manifest the index lists for it."""
+def index_verification(out: Output, ref: str, digest: str, found: dict,
+                       own: list | None = None) -> None:
+    """found: platform → image.attest.Verification of the manifest the index lists for it;
+    own: the index's own checks (its signature and attestations; [] with no policy)."""
+    own = list(own or [])
+    ok = verified(own, [v.ok for v in found.values()])
     if out.json:
-        out.print_json({"ref": ref, "index_digest": digest, "ok": all(
-            v.ok for v in found.values()), "platforms": {p: v.to_dict() for p, v in found.items()}})
+        out.print_json({"ref": ref, "index_digest": digest, "ok": ok,
+                        "checks": [{"check": c, "ok": o, "detail": d} for c, o, d in own],
+                        "platforms": {p: v.to_dict() for p, v in found.items()}})
         return
     out.out.print(f"{escape(ref)} is an index ({digest}) of {', '.join(found) or 'nothing'}")
+    if own:
+        table(out.out, f"the index itself: {'ok' if all(o for _, o, _ in own) else 'FAILED'}",
+              ["check", "result", "detail"],
+              [[c, "ok" if o else "FAILED", d] for c, o, d in own])
     for p, v in found.items():
         table(out.out, f"{p}: {'ok' if v.ok else 'FAILED'} ({v.digest})",
               ["check", "result", "detail"],
               [[c, "ok" if ok else "FAILED", d] for c, ok, d in v.checks])
 
 
-def signature_policy(out: Output, policy, repository: str, found) -> None:
+def signature_policy(out: Output, policy, repository: str, found,
+                     index_digest: str | None = None) -> None:
     """Under verify's table: which signature policy applied, and cosign's own check of the
-    same (the first image's digest)."""
+    same (the index's digest for an index, else the first image's)."""
     if out.json:
         return
     if policy is None:
@@ -223,12 +234,12 @@ def signature_policy(out: Output, policy, repository: str, found) -> None:
     from ...image.cosign import cosign_commands, key_path
     from ...image.registry import Repository
 
-    for v in found:
+    digest = index_digest or next((v.digest for v in found), None)
+    if digest is not None:
         out.out.print("cosign checks the same: " + cosign_commands(
-            policy, key_path(policy), f"{repository}@{v.digest}",
+            policy, key_path(policy), f"{repository}@{digest}",
             plain_http=Repository.parse(repository).plain_http)[0], markup=False,
             highlight=False)
-        break
 
 
 def verification(out: Output, v) -> None:
