@@ -58,11 +58,13 @@ def imgbuild(*args: str, images: Path | None = None) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=300)
 
 
-def push_image(repo: Repository, tag: str, content: bytes) -> str:
+def push_image(repo: Repository, tag: str, content: bytes, *, architecture: str = "amd64",
+               labels: dict[str, str] | None = None) -> str:
     """A tiny image under `tag` (a config, one gzip layer of `content`); its digest."""
     layer = gzip.compress(content, mtime=0)
     diff = "sha256:" + hashlib.sha256(content).hexdigest()
-    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+    cfg = json.dumps({"architecture": architecture, "os": "linux",
+                      "config": {"Labels": labels} if labels else {},
                       "rootfs": {"type": "layers", "diff_ids": [diff]}}).encode()
     body = json.dumps({"schemaVersion": 2, "mediaType": OCI,
                        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
