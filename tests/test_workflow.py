@@ -380,6 +380,63 @@ def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_c
     assert found is not None and set(found[1]) == {"linux/amd64", "linux/arm64"}
 
 
+@pytest.mark.docker
+def test_index_job_signs_the_index_with_the_build_jobs_key(tmp_path, docker_client):
+    """The index job with the signing secret (COSIGN_PRIVATE_KEY, COSIGN_PASSWORD, env://, as
+    the build job takes them). The build jobs' platform images stand in as tiny ones written
+    through the registry API with what a build job leaves beside them (tests/test_sign_index.py;
+    building them is test_index_job_assembles_only_after_every_platform_passed's minutes): the
+    job refuses while the arm64 image is not signed by the key, moving no tag, then signs the
+    index before its tags move."""
+    if not registry_available():
+        pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
+    from imgbuild.catalog.registries import SignPolicy
+    from imgbuild.image import cosign, signstore
+    from imgbuild.image import registry as reg
+
+    from .test_sign_index import PREDICATES, index_plan, push_platforms
+
+    registry = f"{REGISTRY_HOST}/imgbuild-wf-{uuid.uuid4().hex[:8]}"
+    keys = ROOT / "tests" / "fixtures" / "cosign"
+    event = {"name": "workflow_dispatch", "inputs": {"targets": "tiny-cpu-multi", "relock": False},
+             "vars": {"REGISTRY": registry},
+             "secrets": {"COSIGN_PRIVATE_KEY": (keys / "cosign.key").read_text(),
+                         "COSIGN_PASSWORD": "imgbuild-test"}}
+    home = tmp_path / "home"
+    home.mkdir()
+    r = Runner(_source(tmp_path), tmp_path, _runner_env(home), event)
+    assert r.job("matrix")["ran"] and r.outputs["matrix"]["count"] == "2", r.logs
+    repo = reg.Repository.parse(registry)
+    key = cosign.load_private_key((keys / "cosign.key").read_bytes(), b"imgbuild-test", "k")
+    images = push_platforms(repo, None)
+    signstore.sign(repo, images["linux/amd64"], key, PREDICATES)  # the arm64 job did not sign
+    with pytest.raises(AssertionError) as e:
+        r.job("index")
+    said = " ".join(str(e.value).split())
+    arm = images["linux/arm64"]
+    assert f"linux/arm64: {arm}: signature: none: the registry holds no {cosign.sig_tag(arm)}" \
+        in said, said
+    assert "linux/amd64: " not in said
+    assert (f"asked of each platform image: a signature by {cosign.key_id(key.key.public_key())}"
+            " ($COSIGN_PRIVATE_KEY), the key that signs the index") in said
+    assert "index not assembled: tiny-cpu-multi" in said
+    plan = index_plan(repo)
+    assert all(reg.manifest_digest(repo, t) is None for t in (plan.content_tag, *plan.tags))
+    # The arm64 image signed (its job run again with the key): the index is signed, then tagged.
+    signstore.sign(repo, images["linux/arm64"], key, PREDICATES)
+    out = r.job("index")
+    assert out["ran"], out
+    digest = reg.manifest_digest(repo, "tiny-cpu-multi")
+    assert digest is not None and reg.manifest_digest(repo, plan.content_tag) == digest
+    step = next(v for k, v in out["steps"].items() if k.startswith("Assemble"))
+    assert f"signed the index {registry}@{digest[:19]}… with $COSIGN_PRIVATE_KEY" in " ".join(
+        step.split())
+    checks, _ = signstore.checks(repo, digest, SignPolicy("test", key=str(keys / "cosign.pub")))
+    assert [(c, ok) for c, ok, _ in checks] == [
+        ("signature", True), ("attestation cyclonedx", True),
+        ("attestation slsaprovenance1", True)]
+
+
 def test_push_of_one_spec_selects_exactly_that_target(tmp_path):
     src = _source(tmp_path)
     before = _git(src, "rev-parse", "HEAD").strip()
