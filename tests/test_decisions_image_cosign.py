@@ -127,7 +127,7 @@ def test_sign_key_spec_file_env_and_kms(tmp_path):
     assert signstore.load_signing_key(str(KEYS / "cosign.key"), env).source.endswith("cosign.key")
     for spec, said in [("env://NONE", "is empty or not set"),
                        (str(tmp_path / "missing.key"), "cannot read the signing key"),
-                       ("awskms:///alias/x", "imgbuild signs with a key file or env://VAR")]:
+                       ("awskms:///alias/x", "a KMS key is no key file imgbuild can open")]:
         with pytest.raises(InputError, match=said) as e:
             signstore.load_signing_key(spec, env)
         assert e.value.exit_code == EXIT_INPUT and e.value.hint
@@ -389,7 +389,7 @@ def test_signing_comes_after_the_gate_and_a_failed_signing_moves_no_tag(monkeypa
         events.append(("signed", digest))
         if fails:
             raise JobFailed("registry refused the signature")
-        return [cosign.sig_tag(digest)]
+        return [cosign.sig_tag(digest)], {"method": "key", "key": signer.source}
 
     monkeypatch.setattr(reg, "tag_manifest", tag_manifest)
     monkeypatch.setattr(build, "sign_published", sign_published)
@@ -403,6 +403,7 @@ def test_signing_comes_after_the_gate_and_a_failed_signing_moves_no_tag(monkeypa
     got = build.publish(plan, gate, _Engine(events), repo, push=True, signer=key)
     assert events[0] == ("signed", DIGEST) and len(events) == 1 + 2 * len(plan.tags)
     assert got.signed == (cosign.sig_tag(DIGEST),)
+    assert got.signed_by == {"method": "key", "key": "cosign.key"}
     # A gate that is not open signs nothing (a signature vouches for a passing smoke test).
     events.clear()
     build.publish(plan, build.Gate(None, False, "no smoke test ran"), _Engine(events), repo,

@@ -85,6 +85,18 @@ def repository(name: str | None, push: bool) -> Repository:
     return repo
 
 
+def ca_file(repo: Repository) -> str | None:
+    """The CA file this registry's certificate is verified with (Docker's certs.d, else
+    IMGBUILD_CA_BUNDLE, ...), for another client (cosign) to trust the same; None for a
+    plain-HTTP loopback or insecure host, or the system's default store."""
+    if repo.plain_http or repo.host is None:
+        return None
+    from .distribution import ca_for  # imported on use: a registry's requests
+
+    ca = ca_for(repo.host)
+    return ca if isinstance(ca, str) else None
+
+
 def manifest_digest(repo: Repository, tag: str) -> str | None:
     """The digest a tag points at, or None when the tag does not exist."""
     d = manifest_descriptor(repo, tag)

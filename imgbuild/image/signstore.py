@@ -4,6 +4,7 @@ smoke gate, check an image against its registry's policy before a layer of it is
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,10 +12,8 @@ from pathlib import Path
 from ..catalog.registries import SignPolicy
 from ..errors import InputError, JobFailed
 from . import cosign, keyless, registry
+from .cosigncli import KMS_SCHEMES
 
-# Prefixes of the KMS URIs cosign's --key takes; imgbuild signs with key files only.
-KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "gitlab://",
-               "pkcs11:")
 MAX_LAYERS = 64  # signatures or attestations read per image: a tag that holds more is odd
 MAX_BLOB = 64 << 20  # a payload or envelope larger than this is not read (an SBOM is ~100 kB)
 
@@ -26,12 +25,10 @@ def load_signing_key(spec: str, env: Mapping[str, str] | None = None) -> cosign.
     env = os.environ if env is None else env
     fix = ("make one with `cosign generate-key-pair` (its cosign.key, with COSIGN_PASSWORD set "
            "to its password), then pass --sign-key cosign.key or --sign-key env://VAR")
-    if spec.startswith(KMS_SCHEMES):
-        raise InputError(f"--sign-key {spec}: imgbuild signs with a key file or env://VAR",
+    if spec.startswith(KMS_SCHEMES):  # the build hands these to cosign (image/cosigncli.py)
+        raise InputError(f"{spec}: a KMS key is no key file imgbuild can open",
                          facts=["a KMS key signs only through its provider's API, which "
-                                "imgbuild does not call"],
-                         hint=f"sign with cosign after the push: `cosign sign --key {spec} "
-                              "REPO@DIGEST`, or " + fix)
+                                "cosign calls (`--sign-key` in a build does)"], hint=fix)
     if spec.startswith("env://"):
         var = spec[len("env://"):]
         pem, source = env.get(var, "").encode(), f"${var}"
@@ -137,6 +134,21 @@ def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
     if layers is not None:
         written.insert(0, _put(repo, cosign.sig_tag(image_digest), layers))
     return written
+
+
+def keyless_identity(repo: registry.Repository, image_digest: str) -> keyless.Identity | None:
+    """Who signed image_digest keyless, read back from the registry: the certificate of the
+    last signature under its `.sig` tag whose payload names this very image (cosign appends
+    its layer; a re-sign by another identity comes after). None where none carries one."""
+    found = None
+    for la in fetch_layers(repo, cosign.sig_tag(image_digest)) or []:
+        try:
+            named = json.loads(la.blob)["critical"]["image"]["docker-manifest-digest"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        who = keyless.leaf_identity(la.annotations) if named == image_digest else None
+        found = who or found
+    return found
 
 
 def policy_trust_root(policy: SignPolicy) -> keyless.TrustRoot:

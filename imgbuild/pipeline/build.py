@@ -18,7 +18,7 @@ from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
 from ..checks import drift
 from ..checks.deps import check_deps
 from ..errors import InputError, JobFailed
-from ..image import attest, buildlock, daemon, inlinecache, registry, smoke
+from ..image import attest, buildlock, cosigncli, daemon, inlinecache, registry, smoke
 from ..image.compression import compression as compression_named
 from ..image.compression import kind_of
 from ..lock.lockfile import Lockfile
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from ..image import engine
     from ..image.buildkit import Export
     from ..image.cosign import SigningKey
+    from ..image.cosigncli import Delegated
+
+    Signer = SigningKey | Delegated  # imgbuild signs with the first, cosign with the second
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class BuildOptions:
     compression: str | None = None  # --compression; None: images/registries.yaml's rule
     splice: bool = True  # pushed, not run here: the heavy layers may stay in the registry
     registry_cache: bool = False  # the registry build cache (mode=max), where the Engine has it
-    sign_key: str | None = None  # --sign-key: a cosign key file or env://VAR; signs what is pushed
+    # --sign-key: a cosign key file or env://VAR (imgbuild signs), `keyless` or a KMS URI (the
+    # cosign binary signs); signs what is pushed
+    sign_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,9 @@ class Published:
     build_cache: str | None = None  # the cache tag, when moved onto this image (cache_tag)
     mounted_layers: int = 0  # of those held, mounted from another repository of the registry
     signed: tuple[str, ...] = ()  # the `.sig`/`.att` tags written (cosign's layout)
+    # who signed: {"method": "key"|"kms", "key": ...} or {"method": "keyless", "subject": ...,
+    # "issuer": ...} (read back from the registry's signature); None: not signed by this run
+    signed_by: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ class Outcome:
             "seconds": round(self.seconds, 1), "size_bytes": b.size_bytes,
             "smoke": g.report.to_dict() if g.report else None, "pushed": list(p.pushed),
             "moved": list(p.moved), "held": g.held, "report": p.report_ref,
-            "signed": list(p.signed),
+            "signed": list(p.signed), "signed_by": p.signed_by,
             "push": None if p.compression is None else {
                 "compression": p.compression, "sent_bytes": p.sent_bytes,
                 "reused_layers": p.reused_layers, "cached_layers": p.cached_layers,
@@ -456,7 +464,7 @@ def decide(report: smoke.SmokeReport | None, *, has_smoke_model: bool, force: bo
 
 def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push: bool = False,
             lock: Lockfile | None = None, commit: str | None = None, compression: str = "gzip",
-            built: Built | None = None, signer: SigningKey | None = None,
+            built: Built | None = None, signer: Signer | None = None,
             policy: SignPolicy | None = None, progress: Progress = SILENT) -> Published:
     """Push the content tag first, then what refers to its digest (the smoke report, the SBOM
     and provenance when `lock` is given), then, with `signer` and an open gate, the image's
@@ -478,6 +486,7 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     img = client.images.get(plan.ref()) if spliced is None else None
     pushed: list[str] = []
     signed: list[str] = []
+    signed_by = None
     report_ref = None
     sent = None
     build_cache = None
@@ -538,8 +547,8 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
             if signer is not None:
                 unsigned = why_not_sign(built.action if built is not None else None, gated)
                 if unsigned is None:
-                    signed = sign_published(repo, digest, signer)
-                    progress.note(f"signed {plan.ref()}@{digest[:19]}… with {signer.source}"
+                    signed, signed_by = sign_published(repo, digest, signer)
+                    progress.note(f"signed {plan.ref()}@{digest[:19]}… {said_by(signed_by)}"
                                   + (f": {', '.join(signed)}" if signed else
                                      " (its signature and attestations were there already)"))
                 else:
@@ -569,23 +578,52 @@ def publish(plan: Plan, gated: Gate, client, repo: registry.Repository, *, push:
     return Published(tuple(pushed), tuple(moved), report_ref,
                      sent.compression if sent else None, sent.sent_bytes if sent else 0,
                      sent.reused_layers if sent else 0, sent.cached_layers if sent else 0,
-                     build_cache, sent.mounted_layers if sent else 0, tuple(signed))
+                     build_cache, sent.mounted_layers if sent else 0, tuple(signed), signed_by)
 
 
-def signing_key(spec: str | None, *, push: bool,
-                policy: SignPolicy | None) -> SigningKey | None:
-    """The key `--sign-key` names, loaded and checked against the registry's policy before
-    anything is built (exit 2): a wrong password, or a key the policy does not trust, would
-    otherwise show only after the build and the smoke test."""
+def signing_key(spec: str | None, *, push: bool, policy: SignPolicy | None) -> Signer | None:
+    """The signer `--sign-key` names, checked against the registry's policy before anything is
+    built: a key file or env://VAR loaded (exit 2 for a wrong password or a key the policy does
+    not trust); `keyless` or a KMS URI handed to the cosign binary, which must be there (exit 3
+    where it is not), with a KMS key's public half read through cosign and checked the same
+    way. Each of these would otherwise show only after the build and the smoke test."""
     if spec is None:
         return None
     if not push:
         raise InputError("--sign-key signs what is pushed, and nothing is",
                          hint="add --push --registry HOST[:PORT]/REPO")
+    kind = cosigncli.delegated_kind(spec) or "key"
+    refused = signer_refusal(kind, policy)
+    if refused is not None:
+        raise InputError(f"--sign-key {spec} cannot make a signature {policy.where} accepts "
+                         "for this registry", facts=[refused],
+                         hint="sign as the registry's signed-by policy says, or change signed-by "
+                              "in images/registries.yaml: the moving tags move only onto an "
+                              "image the policy accepts")
+    if kind != "key":
+        signer = cosigncli.preflight(spec)
+        if kind == "kms" and policy is not None:
+            from ..image import cosign, signstore  # imported on use: the crypto, only to sign
+
+            trusted, path = signstore.policy_key(policy)
+            try:
+                theirs = cosign.load_public_key(cosigncli.public_key_pem(signer))
+            except cosign.KeyProblem as e:
+                raise InputError(f"cosign public-key --key {spec} gave no usable key",
+                                 facts=[str(e)], hint="check the KMS key reference") from None
+            if cosign.key_id(theirs) != cosign.key_id(trusted):
+                raise InputError(f"the KMS key {spec} is not the key {policy.where} trusts for "
+                                 "this registry",
+                                 facts=[f"KMS key:    {cosign.key_id(theirs)}",
+                                        f"policy key: {cosign.key_id(trusted)} "
+                                        f"({path or 'inline PEM'})"],
+                                 hint="sign with the policy's key, or put this key's public "
+                                      f"half (`cosign public-key --key {spec}`) in signed-by")
+        return signer
     from ..image import cosign, signstore  # imported on use: the crypto, only to sign
 
     key = signstore.load_signing_key(spec)
-    if policy is not None and not policy.keyless:
+    if policy is not None:
         trusted, path = signstore.policy_key(policy)
         if not cosign.same_key(trusted, key):
             raise InputError(f"the signing key {key.source} is not the key {policy.where} "
@@ -597,6 +635,22 @@ def signing_key(spec: str | None, *, push: bool,
                                   "signed-by in images/registries.yaml: the moving tags move "
                                   "only onto an image the policy accepts")
     return key
+
+
+def signer_refusal(kind: str, policy: SignPolicy | None) -> str | None:
+    """Why a signer of `kind` ("key", "kms", "keyless") can never satisfy the registry's
+    policy (None: it may): a key policy accepts only that key's signatures, a keyless policy
+    only a certificate for its identity."""
+    if policy is None:
+        return None
+    if policy.keyless and kind != "keyless":
+        return (f"the policy asks for a keyless signature by {policy.subject} (issuer "
+                f"{policy.issuer}); a {'KMS ' if kind == 'kms' else ''}key signs with no "
+                "certificate")
+    if not policy.keyless and kind == "keyless":
+        return ("the policy asks for a signature by its key; a keyless signature carries a "
+                "certificate for the job's identity instead")
+    return None
 
 
 def why_not_sign(action: str | None, gated: Gate) -> str | None:
@@ -618,11 +672,12 @@ def why_not_sign(action: str | None, gated: Gate) -> str | None:
     return None
 
 
-def sign_published(repo: registry.Repository, digest: str, signer: SigningKey) -> list[str]:
+def sign_published(repo: registry.Repository, digest: str,
+                   signer: Signer) -> tuple[list[str], dict]:
     """Sign the pushed image, and attest the SBOM and provenance the registry holds beside it
-    (read back, each checked against its digest: what is signed is what is stored)."""
-    from ..image import signstore  # imported on use: the crypto, only to sign
-
+    (read back, each checked against its digest: what is signed is what is stored), with a key
+    here or through cosign. (The tags written, who signed: for keyless, the identity of the
+    certificate read back from the registry, not the one the job meant to have.)"""
     predicates: dict[str, dict] = {}
     sbom_doc = registry.fetch_artifact(repo, attest.tag(digest, "sbom"), attest.SBOM_TYPE)
     if sbom_doc is not None:
@@ -630,7 +685,39 @@ def sign_published(repo: registry.Repository, digest: str, signer: SigningKey) -
     prov = registry.fetch_artifact(repo, attest.tag(digest, "provenance"), attest.PROVENANCE_TYPE)
     if prov is not None and isinstance(prov[1].get("predicate"), dict):
         predicates[ATTESTATION_TYPES["slsaprovenance1"]] = prov[1]["predicate"]
-    return signstore.sign(repo, digest, signer, predicates)
+    from ..image import cosign, signstore  # imported on use: the crypto, only to sign
+
+    if not isinstance(signer, cosigncli.Delegated):
+        return signstore.sign(repo, digest, signer, predicates), {"method": "key",
+                                                                  "key": signer.source}
+    kinds = {ptype: kind for kind, ptype in ATTESTATION_TYPES.items()}
+    cosigncli.sign(signer, f"{repo.name}@{digest}",
+                   {kinds[t]: p for t, p in predicates.items()}, plain_http=repo.plain_http,
+                   cacert=registry.ca_file(repo))
+    tags = [cosign.sig_tag(digest)] + ([cosign.att_tag(digest)] if predicates else [])
+    if signer.key is not None:
+        return tags, {"method": "kms", "key": signer.key}
+    who = signstore.keyless_identity(repo, digest)
+    if who is None:
+        raise JobFailed(f"cosign signed {repo.name}@{digest[:19]}… keyless, and the registry "
+                        "holds no certificate-bearing signature of it under "
+                        f"{cosign.sig_tag(digest)}; no tag moved",
+                        facts=[f"cosign: {signer.cosign}", "imgbuild reads the `.sig` tags "
+                               "cosign 2 writes; cosign 3 writes Sigstore bundles as OCI "
+                               "referrers"],
+                        hint="sign with cosign 2.x (sigstore/cosign-installer: cosign-release "
+                             "v2.5.0, or IMGBUILD_COSIGN)")
+    return tags, {"method": "keyless", "subject": who.subject, "issuer": who.issuer}
+
+
+def said_by(signed_by: dict | None) -> str:
+    """Who signed, in words (the build's report and its progress)."""
+    if not signed_by:
+        return "not signed by this run"
+    if signed_by.get("method") == "keyless":
+        return f"keyless as {signed_by['subject']} (issuer {signed_by['issuer']})"
+    return f"with the {'KMS key' if signed_by.get('method') == 'kms' else 'key'} " \
+           f"{signed_by['key']}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from rich.table import Table
 from ...image.indexsign import verified
 from ...image.smoke import SmokeReport
 from ...payload.preflight import FAIL, PASS, SKIP, WARN, Report
-from ...pipeline.build import MultiOutcome, Outcome
+from ...pipeline.build import MultiOutcome, Outcome, said_by
 from ...pipeline.index import Assembled
 from ...progress import human_bytes
 from ..console import Output
@@ -47,6 +47,8 @@ def build(out: Output, o: Outcome) -> None:
         rows.append(("smoke report", p.report_ref))
     if p.pushed:
         rows.append(("pushed", "\n".join(p.pushed)))
+    if p.signed_by:
+        rows.append(("signed", said_by(p.signed_by) + "".join(f"\n{t}" for t in p.signed)))
     if p.compression:
         rows.append(("layers", f"{p.compression}: {human_bytes(p.sent_bytes)} sent, "
                                f"{p.reused_layers} already in the registry"
