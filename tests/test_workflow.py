@@ -9,7 +9,14 @@ What GitHub provides is stood in for at its boundary only:
 - actions/checkout: a `git clone` of a repository holding this working tree;
   astral-sh/setup-uv: uv on PATH (it is); docker/login-action: `docker login` when the
   secrets hold credentials (the local registry asks for none); actions/upload-artifact: a
-  copy; peter-evans/create-pull-request: the diff it would propose, read with git.
+  copy; peter-evans/create-pull-request: the diff it would propose, read with git;
+  sigstore/cosign-installer: the project's own cosign 2.5 (scripts/cosign.sh) on PATH, where
+  the release asked for is a 2.x.
+- Keyless signing needs GitHub's OIDC token, Fulcio and Rekor, none of which can be reached
+  here: the jobs run with the COSIGN_PRIVATE_KEY secret (the key path, run in full), and the
+  signing step's keyless branch runs with imgbuild stood in for (the command line it is given,
+  the summary it writes); imgbuild's keyless signing through the real cosign is
+  tests/test_cosign_delegation.py.
 - Only hosted CPU runners (`ubuntu-latest`) run here; a job for a self-hosted GPU runner is
   reported as not run, never as passed.
 The PyTorch CPU index is out of reach here: the runner's environment carries IMGBUILD_WHEELS
@@ -33,6 +40,7 @@ from .conftest import REGISTRY_HOST, ROOT, WHEELS, registry_available
 from .wheelfactory import LocalIndex, WheelSpec
 
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
+COSIGN = Path(os.environ.get("IMGBUILD_STATE", "/var/lib/imgbuild")) / "cosign" / "bin" / "cosign"
 HOSTED = {"ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04"}
 
 
@@ -105,6 +113,7 @@ class Runner:
         self.logs: list[str] = []
         self.artifacts = work / "artifacts"
         self.pull_requests: list[dict] = []
+        self.summaries: dict[str, str] = {}  # "job / step": what it wrote to GITHUB_STEP_SUMMARY
 
     def ctx(self, extra: dict) -> dict:
         return {"github": {"event_name": self.event["name"], "event": self.event.get("payload", {}),
@@ -152,6 +161,7 @@ class Runner:
                                    capture_output=True, text=True, timeout=3000)
                 text, rc = r.stdout + r.stderr, r.returncode
             self.logs.append(f"## {name} / {sid} (exit {rc})\n{text}")
+            self.summaries[f"{name} / {sid}"] = files["summary"].read_text()
             out["steps"][sid] = text
             if rc != 0 and not evaluate(str(step.get("continue-on-error", False)).replace(
                     "${{", "").replace("}}", ""), sctx):
@@ -171,6 +181,12 @@ class Runner:
         if name == "actions/checkout":
             subprocess.run(["git", "clone", "-q", str(self.source), str(ws)], check=True)
             return "cloned"
+        if name == "sigstore/cosign-installer":
+            assert with_.get("cosign-release", "").startswith("v2."), with_
+            if COSIGN.exists():
+                Path(env["GITHUB_PATH"]).write_text(f"{COSIGN.parent}\n")
+                return f"cosign {with_['cosign-release']} stood in for by {COSIGN}"
+            return "no cosign on this machine (the key path does not use it)"
         if name == "astral-sh/setup-uv":
             assert shutil.which("uv", path=env["PATH"]), "uv is not installed on this runner"
             return "uv"
@@ -281,6 +297,9 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     # key (cosign's side of the same: tests/test_verify.py, tests/test_sign_interop.py).
     pushed = next(p for p in build["pushed"] if p.startswith(content + "@")).split("@")[1]
     assert build["signed"] == [pushed.replace(":", "-") + ".sig", pushed.replace(":", "-") + ".att"]
+    assert build["signed_by"] == {"method": "key", "key": "$COSIGN_PRIVATE_KEY"}
+    said = r.summaries["build / Smoke, push, sign, then move tags after a passing report"]
+    assert "signed with the key $COSIGN_PRIVATE_KEY" in said and pushed in said
     from imgbuild.catalog.registries import SignPolicy
     from imgbuild.image import registry as reg
     from imgbuild.image import signstore
@@ -494,3 +513,89 @@ def test_outdated_job_relocks_when_the_index_gains_a_release(tmp_path):
     assert '-engine: {name: vllm, version: "1.0"}' in pr["diff"]
     assert '+engine: {name: vllm, version: "1.1"}' in pr["diff"]
     assert "+vllm==1.1" in pr["diff"]
+
+
+# --- signing: keyless by default, a key where the secret is set -----------------------------
+
+SIGN_STEP = "Smoke, push, sign, then move tags after a passing report"
+GHA_SUBJECT = "https://github.com/acme/serving/.github/workflows/images.yml@refs/heads/main"
+GHA_ISSUER = "https://token.actions.githubusercontent.com"
+
+
+def test_the_build_job_signs_keyless_with_its_own_oidc_token_and_cosign_2():
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    jobs = doc["jobs"]
+    # The OIDC token only where an image is signed: the build job, not the workflow.
+    assert doc["permissions"] == {"contents": "read"}
+    assert jobs["build"]["permissions"] == {"contents": "read", "id-token": "write"}
+    assert "id-token" not in (jobs["matrix"].get("permissions") or {})
+    steps = jobs["build"]["steps"]
+    names = [s.get("name") or s.get("uses") for s in steps]
+    [installer] = [s for s in steps if str(s.get("uses", "")).startswith("sigstore/cosign-installer")]
+    # Pinned as every other action of the file is (a major tag), with a cosign 2 release:
+    # imgbuild reads the `.sig`/`.att` tags cosign 2 writes, not cosign 3's referrers.
+    pins = {s["uses"].split("@")[1] for j in jobs.values() for s in j["steps"] if "uses" in s}
+    assert installer["uses"] == "sigstore/cosign-installer@v3" and all(
+        re.fullmatch(r"v\d+", p) for p in pins), pins
+    assert re.fullmatch(r"v2\.\d+\.\d+", installer["with"]["cosign-release"])
+    sign = names.index(SIGN_STEP)
+    assert names.index(installer["name"]) < sign
+    # The step before it pushes without moving a tag, and builds whole (a spliced image is
+    # only pulled back, and an image only pulled is not signed).
+    first = steps[sign - 2 if "Smoke with" in names[sign - 1] else sign - 1]
+    assert "--no-smoke --push" in first["run"] and "--no-splice" in first["run"]
+    assert "COSIGN_PRIVATE_KEY" not in first["run"]
+
+
+def _signing_step(tmp_path: Path, secrets: dict, build_json: dict) -> tuple[list[str], str]:
+    """The signing step's `run:` as written, in bash as GitHub runs it, with its `env:` from
+    these secrets and `imgbuild` stood in for (its argv recorded, `build_json` its output):
+    (imgbuild's argv, the step summary)."""
+    step = next(s for s in yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["steps"]
+                if s.get("name") == SIGN_STEP)
+    ctx = {"secrets": secrets, "matrix": {}, "github": {}, "vars": {}}
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    (tmp_path / "canned.json").write_text(json.dumps(build_json))
+    (bin_ / "imgbuild").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {tmp_path}/argv\n'
+                                   f"cat {tmp_path}/canned.json\n")
+    (bin_ / "imgbuild").chmod(0o755)
+    (tmp_path / "logs").mkdir()
+    summary = tmp_path / "summary"
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "TARGET": "tiny-cpu", "MODEL": "",
+           "PLATFORM": "linux/amd64", "REGISTRY": "ghcr.io/acme/serving",
+           "GITHUB_STEP_SUMMARY": str(summary)}
+    env |= {k: _str(substitute(v, ctx)) for k, v in step["env"].items()}
+    r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                        substitute(step["run"], ctx)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return (tmp_path / "argv").read_text().splitlines(), summary.read_text()
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_signing_step_signs_keyless_unless_a_key_is_set_and_says_who(tmp_path, keyed):
+    secrets = {"COSIGN_PRIVATE_KEY": "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----...",
+               "COSIGN_PASSWORD": "pw"} if keyed else {}
+    by = {"method": "key", "key": "$COSIGN_PRIVATE_KEY"} if keyed else \
+        {"method": "keyless", "subject": GHA_SUBJECT, "issuer": GHA_ISSUER}
+    argv, summary = _signing_step(tmp_path, secrets, {
+        "pushed": ["ghcr.io/acme/serving:tiny-cpu@sha256:1"], "signed_by": by})
+    assert argv[0] == "build" and "--push" in argv and "--json" in argv
+    assert argv[argv.index("--sign-key") + 1] == ("env://COSIGN_PRIVATE_KEY" if keyed
+                                                  else "keyless")
+    assert not any("BEGIN" in a or a == "pw" for a in argv)  # secrets stay in the environment
+    assert "ghcr.io/acme/serving:tiny-cpu@sha256:1" in summary
+    assert summary.rstrip().splitlines()[-1] == (
+        "signed with the key $COSIGN_PRIVATE_KEY" if keyed
+        else f"signed keyless as {GHA_SUBJECT} (issuer {GHA_ISSUER})")
+
+
+def test_the_signing_summary_of_a_multi_platform_build_and_of_an_unsigned_one(tmp_path):
+    kms = {"method": "kms", "key": "awskms:///alias/ci"}
+    _, summary = _signing_step(tmp_path / "a", {}, {
+        "pushed": [], "platforms": {"linux/amd64": {"signed_by": kms},
+                                    "linux/arm64": {"signed_by": kms}}})
+    assert summary.splitlines()[-1] == "signed with the KMS key awskms:///alias/ci"
+    _, summary = _signing_step(tmp_path / "b", {}, {"pushed": [], "signed_by": None})
+    assert summary.splitlines()[-1] == "not signed by this run (the build log says why)"
