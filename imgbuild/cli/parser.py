@@ -142,7 +142,11 @@ def parser() -> argparse.ArgumentParser:
                    help="with --push, sign the image and attest its SBOM and provenance in "
                         "Sigstore cosign's format once its smoke test passed, before its moving "
                         "tags move: a cosign key file (`cosign generate-key-pair`; its password "
-                        "in COSIGN_PASSWORD) or env://VAR (env IMGBUILD_SIGN_KEY)")
+                        "in COSIGN_PASSWORD) or env://VAR, which imgbuild signs with; `keyless` "
+                        "(the CI job's OIDC identity) or a KMS URI (awskms://, gcpkms://, "
+                        "azurekms://, hashivault://, k8s://, ...), which the cosign 2.x binary "
+                        "signs with (IMGBUILD_COSIGN, else cosign on PATH) (env "
+                        "IMGBUILD_SIGN_KEY)")
     s.add_argument("--log-dir", help="keep the full build log here")
     s = sub.add_parser("pull", parents=[common, select],
                        help="pull the prebuilt image for a target")
