@@ -2,13 +2,17 @@
 (plan/imagepolicy.py), for the admission controller the user chose: a Sigstore policy-controller
 ClusterImagePolicy or a Kyverno ClusterPolicy. Each is checked against its CRD's published
 schema (tests/fixtures/crds: sigstore/policy-controller config/300-clusterimagepolicy.yaml,
-v1beta1; kyverno/kyverno config/crds/kyverno/kyverno.io_clusterpolicies.yaml, v1, at v1.19.0),
-every field one the CRD declares (an undeclared one the API server would prune: a policy that
-silently checks less), and the image patterns read as each controller's matcher reads them."""
+v1beta1, and config/300-trustroot.yaml, v1alpha1, for the TrustRoot a keyless policy's
+ClusterImagePolicy refers to; kyverno/kyverno config/crds/kyverno/kyverno.io_clusterpolicies.yaml,
+v1, at v1.19.0), every field one the CRD declares (an undeclared one the API server would
+prune: a policy that silently checks less), and the image patterns read as each controller's
+matcher reads them."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -16,7 +20,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cryptography.hazmat.primitives import hashes
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from imgbuild.catalog.registries import ATTESTATION_TYPES, SignPolicy
 from imgbuild.errors import InputError
@@ -24,10 +30,15 @@ from imgbuild.plan.imagepolicy import (
     ADMISSION,
     PUBLIC_REKOR,
     InlineTrust,
+    TrustData,
+    TrustedCA,
+    TrustedLog,
     cluster_image_policy,
     globs,
     image_references,
     kyverno_cluster_policy,
+    trust_root_left_out,
+    trust_root_resource,
 )
 
 from .conftest import ROOT
@@ -35,6 +46,9 @@ from .conftest import ROOT
 FIXTURES = Path(__file__).parent / "fixtures"
 CRD = json.loads((FIXTURES / "crds" / "clusterimagepolicy-v1beta1.json").read_text())
 KYVERNO_CRD = json.loads((FIXTURES / "crds" / "clusterpolicy-kyverno-v1.json").read_text())
+TRUSTROOT_CRD = json.loads((FIXTURES / "crds" / "trustroot-v1alpha1.json").read_text())
+# Sigstore's public-good trust root, recorded (tests/data/sigstore/README.md).
+PGI = Path(__file__).parent / "data" / "sigstore" / "trusted_root_pgi.json"
 PEM = (FIXTURES / "cosign" / "cosign.pub").read_text()
 REPO = "127.0.0.1:5000/acme/serving"
 KEY = SignPolicy("r.yaml", key="k.pub")
@@ -124,6 +138,159 @@ def test_a_misspelt_field_is_caught_by_the_check():
     (f"{REPO}-other:t", False), ("127.0.0.1:5000/acme/other:t", False)])
 def test_the_globs_cover_the_repository_and_nothing_beside_it(image, matched):
     assert any(glob_match(g, image) for g in globs(REPO)) is matched
+
+
+# --- policy-controller's TrustRoot -------------------------------------------------------------
+
+def pem_blocks(data: bytes) -> list[tuple[str, bytes]]:
+    """(type, DER) of each PEM block, in order: what Go's pem.Decode loop reads (policy-
+    controller's DeserializeCertChain), and nothing else is allowed between them."""
+    rx = re.compile(rb"-----BEGIN ([A-Z ]+)-----\n([A-Za-z0-9+/=\n]+)-----END \1-----\n")
+    out, at = [], 0
+    for m in rx.finditer(data):
+        assert data[at:m.start()].strip() == b"", "text between PEM blocks"
+        out.append((m.group(1).decode(), base64.b64decode(m.group(2))))
+        at = m.end()
+    assert data[at:].strip() == b"" and out
+    return out
+
+
+def trust_root_valid(doc: dict) -> None:
+    """The TrustRoot against the v1alpha1 schema, closed; the checks policy-controller's
+    webhook makes beyond it (pkg/apis/policy/v1alpha1 trustroot_validation.go at f925c0c1);
+    and what its reconciler needs to turn it into the keys it checks with
+    (pkg/apis/config/sigstore_keys.go ConvertSigstoreKeys, pkg/reconciler/trustroot)."""
+    valid(doc, TRUSTROOT_CRD)
+    spec = doc["spec"]
+    assert len({"remote", "repository", "sigstoreKeys"} & set(spec)) == 1
+    keys = spec["sigstoreKeys"]
+    assert keys["certificateAuthorities"], "certificateAuthority is required"
+    for ca in keys["certificateAuthorities"]:
+        assert ca["subject"]["organization"] and ca["subject"]["commonName"] and ca["uri"]
+        # []byte in Go: base64 in JSON, decoding to a PEM chain of certificates
+        blocks = pem_blocks(base64.b64decode(ca["certChain"], validate=True))
+        assert {t for t, _ in blocks} == {"CERTIFICATE"}
+        for _, der in blocks:
+            x509.load_der_x509_certificate(der)
+    for kind in ("tLogs", "ctLogs"):
+        for t in keys.get(kind, []):
+            assert t["baseURL"] and t["publicKey"]
+            # HashStringToHashAlgorithm: any other name is HASH_ALGORITHM_UNSPECIFIED
+            assert t["hashAlgorithm"] in ("sha-256", "sha256", "sha-384", "sha384",
+                                          "sha-512", "sha512")
+            [(typ, der)] = pem_blocks(base64.b64decode(t["publicKey"], validate=True))
+            key = serialization.load_der_public_key(der)
+            assert typ == "PUBLIC KEY"
+            if kind == "tLogs":  # the reconciler refuses a Rekor key that is not ECDSA
+                assert isinstance(key, ec.EllipticCurvePublicKey)
+
+
+def pgi_trust() -> TrustData:
+    from imgbuild.image import keyless
+    from imgbuild.pipeline.run import trust_data
+
+    return trust_data(keyless.load_trust_root(PGI.read_bytes(), str(PGI)))
+
+
+def test_the_trustroot_schema_is_the_published_one_with_its_provenance():
+    src = TRUSTROOT_CRD["source"]
+    assert src["repository"] == "https://github.com/sigstore/policy-controller"
+    assert src["path"] == "config/300-trustroot.yaml"
+    assert re.fullmatch(r"[0-9a-f]{40}", src["commit"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", src["date"]) and len(src["sha256"]) == 64
+    assert (TRUSTROOT_CRD["group"], TRUSTROOT_CRD["version"], TRUSTROOT_CRD["kind"]) == (
+        "policy.sigstore.dev", "v1alpha1", "TrustRoot")
+    # the version the ClusterImagePolicy's trustRootRef names a TrustRoot of
+    assert "trustRootRef" in json.dumps(CRD["schema"])
+
+
+def test_the_public_trust_root_round_trips_through_its_trustroot():
+    """Sigstore's recorded public-good trust root, as a TrustRoot: every CA with its chain in
+    the file's order (the root last), and each current log key, decode back to the bytes of
+    the file; the log IDs policy-controller derives from the keys are the file's."""
+    raw = json.loads(PGI.read_text())
+    doc = trust_root_resource("imgbuild-x", pgi_trust())
+    trust_root_valid(doc)
+    assert doc["metadata"] == {"name": "imgbuild-x"}
+    keys = doc["spec"]["sigstoreKeys"]
+    assert len(keys["certificateAuthorities"]) == len(raw["certificateAuthorities"])
+    for got, want in zip(keys["certificateAuthorities"], raw["certificateAuthorities"],
+                         strict=True):
+        assert got["subject"] == want["subject"] and got["uri"] == want["uri"]
+        ders = [der for _, der in pem_blocks(base64.b64decode(got["certChain"]))]
+        assert ders == [base64.b64decode(c["rawBytes"])
+                        for c in want["certChain"]["certificates"]]
+    for kind, raw_kind in (("tLogs", "tlogs"), ("ctLogs", "ctlogs")):
+        current = [t for t in raw[raw_kind] if "end" not in t["publicKey"].get("validFor", {})]
+        assert current and len(keys[kind]) == len(current)
+        for got, want in zip(keys[kind], current, strict=True):
+            assert got["baseURL"] == want["baseUrl"]
+            assert (want["hashAlgorithm"], got["hashAlgorithm"]) == ("SHA2_256", "sha-256")
+            [(_, der)] = pem_blocks(base64.b64decode(got["publicKey"]))
+            assert der == base64.b64decode(want["publicKey"]["rawBytes"])
+            # cosign.GetTransparencyLogID: SHA-256 of the key's DER, as logId.keyId is
+            assert hashlib.sha256(der).digest() == base64.b64decode(want["logId"]["keyId"])
+
+
+def test_a_log_key_whose_window_ends_is_left_out_and_said():
+    """A TrustRoot has no validity windows: the CT log key that stopped signing in 2022 would be
+    trusted for ever, so it is left out, as from the Kyverno policy; the header says so."""
+    trust = pgi_trust()
+    [ended] = [t for t in trust.ctlogs if t.end is not None]
+    urls = [t["baseURL"] for t in
+            trust_root_resource("n", trust)["spec"]["sigstoreKeys"]["ctLogs"]]
+    assert ended.base_url not in urls and urls
+    assert trust_root_left_out(trust) == [
+        f"CT log {ended.base_url}: its validity in the trust root ends ({ended.end})"]
+
+
+def standin_trust(**ca_fields) -> TrustData:
+    """A trust root of Sigstore's recorded keys under other names, to vary one field."""
+    pgi = pgi_trust()
+    ca = TrustedCA(**{"organization": "acme", "common_name": "acme-ca",
+                      "uri": "https://fulcio.acme", "chain": pgi.cas[-1].chain,
+                      **ca_fields})
+    ed = TrustedLog("https://log2025.rekor.acme", "SHA2_256", "-----BEGIN PUBLIC KEY-----\n"
+                    "MCowBQYDK2VwAyEAt8rlp1knGwjfbcXAYPYAkn0XiLz1x8O4t0YkEhie244=\n"
+                    "-----END PUBLIC KEY-----\n", ecdsa=False, end=None)
+    return TrustData("acme.json", (ca,), (pgi.tlogs[0], ed), ())
+
+
+def test_a_rekor_key_policy_controller_cannot_use_is_left_out_not_fatal():
+    """policy-controller's reconciler fails the whole TrustRoot on a Rekor key that is not ECDSA
+    (Rekor v2's Ed25519): written, it would leave every image refused."""
+    trust = standin_trust()
+    doc = trust_root_resource("n", trust)
+    trust_root_valid(doc)
+    keys = doc["spec"]["sigstoreKeys"]
+    assert [t["baseURL"] for t in keys["tLogs"]] == [trust.tlogs[0].base_url]
+    assert "ctLogs" not in keys  # optional, and empty: left out as Go's omitempty does
+    assert trust_root_left_out(trust) == [
+        "Rekor https://log2025.rekor.acme: not an ECDSA key, which policy-controller requires "
+        "of a Rekor key"]
+
+
+@pytest.mark.parametrize("field,fact", [("uri", "certificateAuthorities[0] has no uri"),
+                                        ("organization",
+                                         "certificateAuthorities[0] has no subject.organization")])
+def test_a_trust_root_the_trustroot_webhook_would_refuse_is_refused_here(field, fact):
+    with pytest.raises(InputError) as e:
+        trust_root_resource("n", standin_trust(**{field: ""}))
+    assert "acme.json cannot be written as a policy-controller TrustRoot" in str(e.value)
+    assert fact in e.value.facts and "--admission kyverno" in e.value.hint
+
+
+def test_a_misspelt_field_is_caught_by_the_trustroot_check():
+    doc = trust_root_resource("n", pgi_trust())
+    t = doc["spec"]["sigstoreKeys"]["tLogs"][0]
+    t["logID"] = "x"  # no such field in v1alpha1: the API server would prune it
+    with pytest.raises(jsonschema.ValidationError):
+        trust_root_valid(doc)
+    doc = trust_root_resource("n", pgi_trust())
+    ca = doc["spec"]["sigstoreKeys"]["certificateAuthorities"][0]
+    ca["certChain"] = base64.b64decode(ca["certChain"]).decode()  # PEM, not base64 of it
+    with pytest.raises((AssertionError, ValueError)):
+        trust_root_valid(doc)
 
 
 # --- Kyverno ----------------------------------------------------------------------------------
@@ -462,6 +629,61 @@ def test_run_emit_k8s_writes_the_kyverno_policy_when_asked(signed_ws, tmp_path):
     [c] = dep["spec"]["template"]["spec"]["containers"]
     assert any(wildcard_match(p, kyverno_image(c["image"]))
                for p in doc["spec"]["rules"][0]["verifyImages"][0]["imageReferences"])
+
+
+def header(path: Path) -> str:
+    """A written file's comment header as one line of prose."""
+    head = path.read_text().split("apiVersion:")[0]
+    return " ".join(line.removeprefix("# ") for line in head.splitlines())
+
+
+def keyless_ws(tmp_path, root: Path):
+    from imgbuild.workspace import Workspace
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "registries.yaml").write_text(
+        f"registries:\n  - match: {REPO}\n    signed-by:\n      keyless:\n"
+        f"        issuer: https://token.actions.githubusercontent.com\n"
+        f"        subject: https://github.com/acme/x/.github/workflows/images.yml@refs/heads/main\n"
+        f"        trust-root: {root}\n")
+    return Workspace.open(images, ROOT / "lockfiles", env={}, cwd=tmp_path)
+
+
+def test_run_emit_k8s_writes_the_trustroot_the_policy_refers_to(tmp_path):
+    from imgbuild.pipeline.run import run
+
+    got = run(keyless_ws(tmp_path, PGI), "tiny-cpu", registry_name=REPO,
+              emit=("k8s", tmp_path / "k8s"))
+    [cip_path] = [Path(f) for f in got.files if f.endswith("-clusterimagepolicy.yaml")]
+    [tr_path] = [Path(f) for f in got.files if f.endswith("-trustroot.yaml")]
+    cip, tr = yaml.safe_load(cip_path.read_text()), yaml.safe_load(tr_path.read_text())
+    valid(cip)
+    trust_root_valid(tr)
+    name = tr["metadata"]["name"]
+    assert tr_path.name == f"{name}-trustroot.yaml" and tr_path.parent == cip_path.parent
+    [a] = cip["spec"]["authorities"]
+    assert a["keyless"]["trustRootRef"] == a["ctlog"]["trustRootRef"] == name
+    assert tr == trust_root_resource(name, pgi_trust())
+    head = header(cip_path)
+    assert f"TrustRoot named {name}" in head and tr_path.name in head
+    assert "does not write" not in head and "by hand" not in head
+    assert "Left out: CT log https://ctfe.sigstore.dev/test" in header(tr_path)
+
+
+def test_a_trust_root_that_cannot_be_a_trustroot_leaves_no_manifest_behind(tmp_path):
+    """The TrustRoot is made with the policy, before any launch file is written."""
+    from imgbuild.pipeline.run import run
+
+    raw = json.loads(PGI.read_text())
+    del raw["certificateAuthorities"][0]["uri"]
+    root = tmp_path / "root.json"
+    root.write_text(json.dumps(raw))
+    out = tmp_path / "k8s"
+    with pytest.raises(InputError) as e:
+        run(keyless_ws(tmp_path, root), "tiny-cpu", registry_name=REPO, emit=("k8s", out))
+    assert "certificateAuthorities[0] has no uri" in e.value.facts
+    assert not out.exists() or not list(out.iterdir())
 
 
 @pytest.mark.parametrize("admission", [None, "kyverno"])

@@ -72,6 +72,10 @@ class CA:
     name: str  # subject organization/commonName, for messages
     chain: tuple[x509.Certificate, ...]  # the issuer of a leaf first, the root last
     valid: Window
+    # As the file gives them (empty where it does not): a TrustRoot resource carries them.
+    organization: str = ""
+    common_name: str = ""
+    uri: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class LogKey:
     key_id: bytes
     key: object  # a public key of `cryptography`
     valid: Window
+    hash_algorithm: str = ""  # the log's Merkle tree hash, as the file names it (SHA2_256)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ def _log_keys(entries: list, what: str) -> tuple[LogKey, ...]:
             raise TrustRootProblem(f"{where}: no usable publicKey.rawBytes / logId.keyId "
                                    f"({type(e).__name__})") from None
         out.append(LogKey(str(t.get("baseUrl", "")), key_id, key,
-                          _window(pk, where + ".publicKey")))
+                          _window(pk, where + ".publicKey"), str(t.get("hashAlgorithm") or "")))
     return tuple(out)
 
 
@@ -147,7 +152,8 @@ def load_trust_root(data: bytes, source: str) -> TrustRoot:
         subj = ca.get("subject") or {}
         name = "/".join(x for x in (subj.get("organization"), subj.get("commonName")) if x) \
             or chain[0].subject.rfc4514_string()
-        cas.append(CA(name, chain, _window(ca, where)))
+        cas.append(CA(name, chain, _window(ca, where), str(subj.get("organization") or ""),
+                      str(subj.get("commonName") or ""), str(ca.get("uri") or "")))
     if not cas:
         raise TrustRootProblem("no certificateAuthorities: nothing a keyless certificate can "
                                "chain to")

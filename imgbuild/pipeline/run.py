@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..catalog.registries import SignPolicy
 from ..checks.doctor import Diagnosis, diagnose, to_dict
@@ -32,9 +34,16 @@ from ..plan.fit import FitReport, fit_targets
 from ..plan.imagepolicy import (
     ADMISSION,
     InlineTrust,
+    TrustData,
+    TrustedCA,
+    TrustedLog,
     admission_header,
     admission_policy,
+    inline_of,
+    trust_root_file,
+    trust_root_header,
     trust_root_note,
+    trust_root_resource,
 )
 from ..plan.launch import (
     Cluster,
@@ -201,15 +210,14 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                              "policy, so there is no admission policy to write",
                              facts=facts, hint=hint)
         # The cluster admits only what the registry's signed-by policy accepts. Its key or
-        # trust root is read before any file is written: one that cannot be used leaves no
-        # manifests behind without their policy.
-        policy_file = (image_policy_file(plan.repository, policy, admission or ADMISSION[0])
-                       if policy is not None else None)
+        # trust root is read, and its files made, before any file is written: one that cannot
+        # be used leaves no manifests behind without their policy.
+        policy_files = (image_policy_files(plan.repository, policy, admission or ADMISSION[0])
+                        if policy is not None else [])
         files = emit_compose(launch, out_dir) if kind == "compose" else \
             emit_k8s(launch, out_dir, gpus_per_node=gpus_per_node,
                      cluster=cluster or Cluster())
-        if policy_file is not None:
-            name, text = policy_file
+        for name, text in policy_files:
             write(Path(out_dir) / name, text)
             files = [*files, Path(out_dir) / name]
         return RunReport(target, plan.model, launch, "emitted", fit,
@@ -308,35 +316,75 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                           "once the daemon answers", level="warn")
 
 
+def _pem(key: object) -> str:
+    return key.public_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
+                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def _subject(cert: x509.Certificate, oid: x509.ObjectIdentifier) -> str:
+    return ", ".join(str(a.value) for a in cert.subject.get_attributes_for_oid(oid))
+
+
+def trust_data(root: keyless.TrustRoot) -> TrustData:
+    """A trust root as the plain text the admission policies carry (plan/imagepolicy.py), in
+    the file's order. A CA the file names no subject for is named by its root certificate's
+    (the last of its chain; self-signed, so subject and issuer are one)."""
+    def ca(c: keyless.CA) -> TrustedCA:
+        last = c.chain[-1]
+        return TrustedCA(
+            organization=c.organization or _subject(last, x509.NameOID.ORGANIZATION_NAME),
+            common_name=c.common_name or _subject(last, x509.NameOID.COMMON_NAME),
+            uri=c.uri,
+            chain=tuple(x.public_bytes(serialization.Encoding.PEM).decode() for x in c.chain))
+
+    def log(k: keyless.LogKey) -> TrustedLog:
+        return TrustedLog(base_url=k.name, hash_algorithm=k.hash_algorithm,
+                          public_pem=_pem(k.key),
+                          ecdsa=isinstance(k.key, ec.EllipticCurvePublicKey),
+                          end=k.valid.end.isoformat(timespec="seconds") if k.valid.end else None)
+
+    return TrustData(root.source, tuple(ca(c) for c in root.cas),
+                     tuple(log(k) for k in root.tlogs), tuple(log(k) for k in root.ctlogs))
+
+
 def inline_trust(root: keyless.TrustRoot) -> InlineTrust:
     """A trust root as the PEM text an inline admission policy carries: every CA certificate,
     and the log keys with no end to their validity (the ones that sign new entries)."""
-    def key_pem(k: keyless.LogKey) -> str:
-        return k.key.public_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
-                                  serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    certs = dict.fromkeys(c.public_bytes(serialization.Encoding.PEM).decode()
-                          for ca in root.cas for c in ca.chain)
-    return InlineTrust(roots="".join(certs),
-                       rekor=tuple((k.name, key_pem(k)) for k in root.tlogs if k.valid.end is None),
-                       ctlog=tuple(key_pem(k) for k in root.ctlogs if k.valid.end is None))
+    return inline_of(trust_data(root))
 
 
-def image_policy_file(repository: str, policy: SignPolicy,
-                      admission: str = ADMISSION[0]) -> tuple[str, str]:
-    """The admission policy for the registry's signed-by policy (plan/imagepolicy.py), its file
-    name and text: a Sigstore policy-controller ClusterImagePolicy or a Kyverno ClusterPolicy,
-    named as the manifests are (NAME-KIND.yaml). Reads the policy's key or trust root (exit 2
-    where either cannot be used); writes nothing."""
+def _comment(text: str) -> str:
+    # Names are hyphenated: a line broken inside one could not be copied whole.
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 90, break_on_hyphens=False))
+
+
+def image_policy_files(repository: str, policy: SignPolicy,
+                       admission: str = ADMISSION[0]) -> list[tuple[str, str]]:
+    """The admission policy for the registry's signed-by policy (plan/imagepolicy.py), as
+    (file name, text), named as the manifests are (NAME-KIND.yaml): a Sigstore
+    policy-controller ClusterImagePolicy, and for a keyless policy with a trust root the
+    TrustRoot it refers to; or a Kyverno ClusterPolicy, the trust root inline. Reads the
+    policy's key or trust root (exit 2 where either cannot be used); writes nothing."""
     pem = None if policy.keyless else cosign.public_pem(signstore.policy_key(policy)[0]).decode()
-    trust = (inline_trust(signstore.policy_trust_root(policy))
-             if admission == "kyverno" and policy.keyless and policy.trust_root else None)
-    doc = admission_policy(admission, repository, policy, pem, trust)
+    trust = (trust_data(signstore.policy_trust_root(policy))
+             if policy.keyless and policy.trust_root else None)
+    doc = admission_policy(admission, repository, policy, pem,
+                           inline_of(trust) if trust is not None else None)
     name = doc["metadata"]["name"]
-    note = trust_root_note(policy, name) if admission == "policy-controller" else None
-    return (f"{name}-{doc['kind'].lower()}.yaml",
+    if admission != "policy-controller":
+        return [(f"{name}-{doc['kind'].lower()}.yaml",
+                 admission_header(admission, policy) + dump(doc))]
+    note = trust_root_note(policy, name)
+    out = [(f"{name}-{doc['kind'].lower()}.yaml",
             admission_header(admission, policy)
-            + ("".join(f"# {line}\n" for line in textwrap.wrap("It " + note, 90)) if note else "")
-            + dump(doc))
+            + (_comment("It " + note) if note else "")
+            + dump(doc))]
+    if trust is not None:
+        # Made here, with the policy, so that a trust root policy-controller could not take is
+        # refused before any launch file is written.
+        out.append((trust_root_file(name), trust_root_header(policy, name, trust)
+                    + dump(trust_root_resource(name, trust))))
+    return out
 
 
 def launch_on_host(launch: Launch, *, host_has_gpus: bool,

@@ -6,21 +6,32 @@ host. Two admission controllers read it, the user's choice (`run --emit k8s --ad
 - Sigstore's policy-controller: a ClusterImagePolicy (policy.sigstore.dev/v1beta1);
 - Kyverno: a ClusterPolicy (kyverno.io/v1) with a verifyImages rule, for Kyverno 1.13 or later.
 
-Plain data in, a document out (`imgbuild run --emit k8s` writes it beside the Deployment).
+A keyless policy's trust root goes with it: inline in Kyverno's; for policy-controller, as a
+TrustRoot (policy.sigstore.dev/v1alpha1) the ClusterImagePolicy refers to by name.
+
+Plain data in, documents out (`imgbuild run --emit k8s` writes them beside the Deployment).
 Checked in tests against each CRD's published schema (tests/fixtures/crds: sigstore/
-policy-controller config/300-clusterimagepolicy.yaml; kyverno/kyverno
-config/crds/kyverno/kyverno.io_clusterpolicies.yaml)."""
+policy-controller config/300-clusterimagepolicy.yaml and config/300-trustroot.yaml; kyverno/
+kyverno config/crds/kyverno/kyverno.io_clusterpolicies.yaml)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import itertools
 import re
+import textwrap
 from dataclasses import dataclass
 
 from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
+from ..errors import InputError
 
 API_VERSION = "policy.sigstore.dev/v1beta1"
+# The TrustRoot kind exists in this version only (policy-controller's config/300-trustroot.yaml).
+TRUST_ROOT_API_VERSION = "policy.sigstore.dev/v1alpha1"
+# A trust root file's names for a log's Merkle tree hash, as policy-controller spells them
+# (pkg/apis/config HashStringToHashAlgorithm: any other string it reads as unspecified).
+HASH_NAMES = {"SHA2_256": "sha-256", "SHA2_384": "sha-384", "SHA2_512": "sha-512"}
 KYVERNO_API_VERSION = "kyverno.io/v1"
 # The admission controllers a policy can be written for; the first is the default.
 ADMISSION = ("policy-controller", "kyverno")
@@ -47,29 +58,34 @@ def globs(match: str) -> list[str]:
 
 
 def trust_root_note(policy: SignPolicy, name: str) -> str | None:
-    """What the cluster needs beside the ClusterImagePolicy of a keyless policy with a trust
-    root: a TrustRoot resource (policy.sigstore.dev/v1alpha1) of the same name holding it,
-    which imgbuild does not write. None where nothing more is needed."""
+    """What the ClusterImagePolicy of a keyless policy with a trust root refers to: the
+    TrustRoot resource (policy.sigstore.dev/v1alpha1) of the same name, written beside it
+    (trust_root_resource). None where it refers to nothing."""
     if not (policy.keyless and policy.trust_root):
         return None
     tlog = "" if policy.tlog else (" With tlog: false there is no ctlog entry: policy-controller "
                                    "then skips the transparency log, as imgbuild does.")
-    return (f"needs a policy-controller TrustRoot named {name} holding the trust root "
-            f"{policy.trust_root} (spec.sigstoreKeys, or spec.repository for a TUF mirror); "
-            f"imgbuild does not write it.{tlog}")
+    return (f"checks keyless signatures against the policy-controller TrustRoot named {name}, "
+            f"written beside it ({trust_root_file(name)}) from the trust root "
+            f"{policy.trust_root}: apply both.{tlog}")
+
+
+def trust_root_file(name: str) -> str:
+    """The TrustRoot's file name, as the manifests are named (NAME-KIND.yaml)."""
+    return f"{name}-trustroot.yaml"
 
 
 def cluster_image_policy(match: str, policy: SignPolicy, public_pem: str | None) -> dict:
     """The ClusterImagePolicy for a signed-by policy: its key (inline PEM), or its keyless
     identity (checked by policy-controller against the policy's trust root, by reference to a
-    TrustRoot resource: trust_root_note; without one, against Sigstore's public root, which
+    TrustRoot resource: trust_root_resource; without one, against Sigstore's public root, which
     policy-controller fetches), and one attestation entry per predicate type required."""
     name = policy_name(match)
     if policy.keyless:
         keyless: dict = {"identities": [{"issuer": policy.issuer, "subject": policy.subject}]}
         if policy.trust_root:
             # The same trust root as the hosts', as a policy-controller TrustRoot resource of
-            # this name (the cluster's operator makes it from the file: trust_root_note).
+            # this name, written beside this policy (trust_root_resource).
             keyless["trustRootRef"] = name
         if not policy.sct:
             keyless["insecureIgnoreSCT"] = True
@@ -123,6 +139,142 @@ class InlineTrust:
     roots: str  # every certificate of every CA's chain, PEM, concatenated
     rekor: tuple[tuple[str, str], ...]  # (base URL, public key PEM)
     ctlog: tuple[str, ...]  # public key PEM
+
+
+@dataclass(frozen=True)
+class TrustedCA:
+    """A certificate authority (Fulcio) of a keyless policy's trust root, as plain text."""
+
+    organization: str  # its subject, as the trust root names it (else its root certificate)
+    common_name: str
+    uri: str
+    chain: tuple[str, ...]  # PEM certificates: the issuer of a leaf first, the root last
+
+
+@dataclass(frozen=True)
+class TrustedLog:
+    """A transparency log (Rekor) or certificate-transparency log of a trust root."""
+
+    base_url: str
+    hash_algorithm: str  # as the trust root file names it: SHA2_256
+    public_pem: str  # SubjectPublicKeyInfo, PEM
+    ecdsa: bool
+    end: str | None  # the end of its validity window in the trust root (RFC 3339); None: open
+
+
+@dataclass(frozen=True)
+class TrustData:
+    """A keyless policy's trust root file (a Sigstore trusted_root.json), as plain text, in its
+    order: what an admission policy needs of it."""
+
+    source: str  # the file, for messages
+    cas: tuple[TrustedCA, ...]
+    tlogs: tuple[TrustedLog, ...]
+    ctlogs: tuple[TrustedLog, ...]
+
+
+def inline_of(trust: TrustData) -> InlineTrust:
+    """The trust root as Kyverno's keyless attestor carries it: every CA certificate once, and
+    the log keys with no end to their validity (the ones that sign new entries)."""
+    return InlineTrust(
+        roots="".join(dict.fromkeys(pem for ca in trust.cas for pem in ca.chain)),
+        rekor=tuple((t.base_url, t.public_pem) for t in trust.tlogs if t.end is None),
+        ctlog=tuple(t.public_pem for t in trust.ctlogs if t.end is None))
+
+
+def _left_out(log: TrustedLog, rekor: bool) -> str | None:
+    """Why a log key of the trust root is not in its TrustRoot; None where it is. A TrustRoot
+    (v1alpha1) has no validity window: policy-controller takes each key as valid at any time,
+    so a key whose window ends would be trusted past its end (the Kyverno policy leaves the
+    same ones out)."""
+    if log.end is not None:
+        return f"its validity in the trust root ends ({log.end})"
+    if rekor and not log.ecdsa:
+        # policy-controller's reconciler fails the whole TrustRoot on such a key (cosign needs
+        # an ecdsa.PublicKey for Rekor), which would leave every image refused.
+        return "not an ECDSA key, which policy-controller requires of a Rekor key"
+    return None
+
+
+def trust_root_left_out(trust: TrustData) -> list[str]:
+    """The trust root's log keys its TrustRoot does not carry, each with why."""
+    return [f"{what} {t.base_url}: {why}"
+            for what, logs in (("Rekor", trust.tlogs), ("CT log", trust.ctlogs))
+            for t in logs if (why := _left_out(t, what == "Rekor")) is not None]
+
+
+def _b64(text: str) -> str:
+    # policy-controller's certChain and publicKey are Go []byte fields: JSON (and so YAML)
+    # carries them base64-encoded, and they decode to PEM.
+    return base64.b64encode(text.encode()).decode()
+
+
+def _missing(trust: TrustData) -> list[str]:
+    """The fields of the trust root policy-controller's TrustRoot webhook requires and the file
+    leaves empty (trustroot_validation.go: a CA's subject organization and commonName and its
+    uri; a log's baseURL)."""
+    out = [f"certificateAuthorities[{i}] has no {field}"
+           for i, ca in enumerate(trust.cas)
+           for field, value in (("subject.organization", ca.organization),
+                                ("subject.commonName", ca.common_name), ("uri", ca.uri))
+           if not value]
+    out += [f"{what}[{i}] has no baseUrl" for what, logs in (("tlogs", trust.tlogs),
+                                                           ("ctlogs", trust.ctlogs))
+            for i, t in enumerate(logs) if not t.base_url]
+    return out
+
+
+def trust_root_resource(name: str, trust: TrustData) -> dict:
+    """The policy-controller TrustRoot (policy.sigstore.dev/v1alpha1) the ClusterImagePolicy
+    `name` refers to: the trust root as spec.sigstoreKeys, so the cluster checks against the
+    hosts' trust root with nothing fetched. Every CA, its chain as PEM (the root last); the
+    log keys _left_out does not leave out, as PEM. policy-controller derives each log's ID from
+    its key (the SHA-256 of its DER), as the trust root's logId is. Validity windows have no
+    field here (policy-controller gives every entry an open one): see _left_out.
+
+    Refused (exit 2) where the file leaves empty a field policy-controller's webhook requires:
+    the TrustRoot would not apply, and the ClusterImagePolicy would then refuse every image."""
+    if missing := _missing(trust):
+        raise InputError(
+            f"the trust root {trust.source} cannot be written as a policy-controller TrustRoot",
+            facts=[*missing, "policy-controller refuses a TrustRoot without them"],
+            hint="give each CA of the trust root file its subject and uri and each log its "
+                 "baseUrl (Sigstore's public trust root has them), or pass --admission kyverno, "
+                 "whose policy carries the trust root without them")
+
+    def logs(entries: tuple[TrustedLog, ...], rekor: bool) -> list[dict]:
+        return [{"baseURL": t.base_url,
+                 # The trust root's own name where policy-controller knows none: every log
+                 # Sigstore runs hashes with SHA-256, and the offline checks read only the key.
+                 "hashAlgorithm": HASH_NAMES.get(t.hash_algorithm, "sha-256"),
+                 "publicKey": _b64(t.public_pem)}
+                for t in entries if _left_out(t, rekor) is None]
+
+    keys: dict = {"certificateAuthorities": [
+        {"subject": {"organization": ca.organization, "commonName": ca.common_name},
+         "uri": ca.uri, "certChain": _b64("".join(ca.chain))} for ca in trust.cas]}
+    # Both lists are optional in the CRD (omitempty): an empty one is left out, as Go writes it.
+    if tlogs := logs(trust.tlogs, rekor=True):
+        keys["tLogs"] = tlogs
+    if ctlogs := logs(trust.ctlogs, rekor=False):
+        keys["ctLogs"] = ctlogs
+    return {"apiVersion": TRUST_ROOT_API_VERSION, "kind": "TrustRoot",
+            "metadata": {"name": name}, "spec": {"sigstoreKeys": keys}}
+
+
+def trust_root_header(policy: SignPolicy, name: str, trust: TrustData) -> str:
+    """The comment at the top of the written TrustRoot: where it came from, what refers to it,
+    and what of the trust root it does not carry."""
+    said = (f"The trust root {policy.trust_root} as a policy-controller TrustRoot: the "
+            f"ClusterImagePolicy {name} checks keyless signatures against it (trustRootRef); "
+            "apply both. TrustRoot has no validity windows (policy-controller takes every "
+            "entry as valid at any time): the CAs are all here, each certificate's own "
+            "validity still checked; a log key whose window ends is not.")
+    left = trust_root_left_out(trust)
+    if left:
+        said += " Left out: " + "; ".join(left) + "."
+    return (f"# Generated by imgbuild from the signed-by policy of {policy.where}.\n"
+            + "".join(f"# {line}\n" for line in textwrap.wrap(said, 90, break_on_hyphens=False)))
 
 
 def _keyless_attestors(policy: SignPolicy, trust: InlineTrust | None) -> list[dict]:
@@ -207,7 +359,7 @@ def admission_policy(admission: str, match: str, policy: SignPolicy,
                      public_pem: str | None, trust: InlineTrust | None = None) -> dict:
     """The policy for the admission controller the user chose (one of ADMISSION). A keyless
     policy's trust root goes inline into Kyverno's; policy-controller's refers to a TrustRoot
-    resource by name instead (trust_root_note)."""
+    resource by name instead (trust_root_resource)."""
     if admission == "kyverno":
         return kyverno_cluster_policy(match, policy, public_pem, trust)
     return cluster_image_policy(match, policy, public_pem)
