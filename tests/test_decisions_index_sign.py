@@ -419,3 +419,17 @@ def test_a_multi_platform_build_signs_its_index_with_its_key(monkeypatch, plan, 
     build.finish_index(plan, outcomes, Repository.parse(REPO), push=True, client=None,
                        seconds_from=0.0, signer=key, policy=policy, commit="abc")
     assert got == [{"signer": key, "policy": policy, "commit": "abc", "progress": build.SILENT}]
+
+
+@pytest.mark.parametrize("key", [None, "awskms:///alias/x"])
+def test_an_index_is_not_signed_keyless_or_by_kms_and_nothing_is_written(key):
+    """cosign-delegated signers sign images; the index path refuses them before it asks the
+    registry anything (the repository here is not one: any call to it would fail otherwise)."""
+    from imgbuild.errors import InputError
+    from imgbuild.image.cosigncli import Delegated
+    from imgbuild.pipeline.index import assemble
+
+    with pytest.raises(InputError) as e:
+        assemble(object(), object(), signer=Delegated("/usr/bin/cosign", key))
+    assert "nothing was written and no tag was moved" in e.value.facts
+    assert (key or "keyless") in str(e.value)
