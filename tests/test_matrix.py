@@ -264,16 +264,18 @@ def test_workflow_structure():
     for job in jobs.values():
         for s in job["steps"]:
             assert "${{" not in s.get("run", ""), s
-    # The signing key and its password reach the two build steps' env only (never a command
-    # line: imgbuild reads env://COSIGN_PRIVATE_KEY, as cosign does, and COSIGN_PASSWORD).
+    # The signing key and its password reach the env of the two steps that sign only (never a
+    # command line: imgbuild reads env://COSIGN_PRIVATE_KEY, as cosign does, and
+    # COSIGN_PASSWORD): the build job's signing step and the index job's.
     signing = [s for job in jobs.values() for s in job["steps"]
                if "secrets." in json.dumps(s.get("env", {}))]
     assert [s["name"] for s in signing] == [
-        "Build (or pull by content tag) and push the content tag; no tag moves yet",
-        "Smoke, push, sign, then move tags after a passing report"]
-    assert signing[1]["env"] == {"COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}",
-                                 "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}"}
-    assert "--sign-key env://COSIGN_PRIVATE_KEY" in signing[1]["run"]
+        "Smoke, push, sign, then move tags after a passing report",
+        "Assemble each multi-platform target's index, sign it, then move its tags"]
+    for step in signing:
+        assert step["env"] == {"COSIGN_PRIVATE_KEY": "${{ secrets.COSIGN_PRIVATE_KEY }}",
+                               "COSIGN_PASSWORD": "${{ secrets.COSIGN_PASSWORD }}"}
+        assert "env://COSIGN_PRIVATE_KEY" in step["run"]
     assert "secrets." not in json.dumps({k: v for k, v in jobs.items()}).replace(
         '"password": "${{ secrets.REGISTRY_PASSWORD }}"', "").replace(
         '"username": "${{ secrets.REGISTRY_USERNAME }}"', "").replace(
