@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..catalog.registries import SignPolicy
 from ..errors import EnvError, InputError, JobFailed
-from ..image import attest, indexsign, registry
+from ..image import attest, cosigncli, indexsign, registry
 from ..plan.index import IndexPlan
 from ..progress import SILENT, Progress
 
@@ -92,11 +92,11 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
     forced smoke report; signed by `signer`'s key, or passing `policy`), then put the index by
     its digest, sign it with `signer`, check it against `policy`, and only then move its content
     tag and its moving tags onto it."""
-    if signer is not None and not hasattr(signer, "public_pem"):
+    if isinstance(signer, cosigncli.Delegated):
         # keyless or a KMS key (cosign signs for them): the platform images' check needs the
         # signer's own identity or key, which the index path does not read yet. Refused before
         # anything is written, not signed half-way.
-        raise InputError(f"--sign-key {getattr(signer, 'key', None) or 'keyless'}: an index is signed with "
+        raise InputError(f"--sign-key {signer.key or 'keyless'}: an index is signed with "
                          "a key file or env://VAR only; keyless and KMS keys sign images, not "
                          "indexes, in this version",
                          facts=["nothing was written and no tag was moved"],

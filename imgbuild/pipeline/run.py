@@ -316,11 +316,6 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
                           "once the daemon answers", level="warn")
 
 
-def _pem(key: object) -> str:
-    return key.public_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
-                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-
-
 def _subject(cert: x509.Certificate, oid: x509.ObjectIdentifier) -> str:
     return ", ".join(str(a.value) for a in cert.subject.get_attributes_for_oid(oid))
 
@@ -339,7 +334,7 @@ def trust_data(root: keyless.TrustRoot) -> TrustData:
 
     def log(k: keyless.LogKey) -> TrustedLog:
         return TrustedLog(base_url=k.name, hash_algorithm=k.hash_algorithm,
-                          public_pem=_pem(k.key),
+                          public_pem=cosign.public_pem(k.key).decode(),
                           ecdsa=isinstance(k.key, ec.EllipticCurvePublicKey),
                           end=k.valid.end.isoformat(timespec="seconds") if k.valid.end else None)
 
