@@ -33,6 +33,10 @@ KMS = "hashivault://ci-signing"  # the shim signs with tests/fixtures/cosign/cos
 
 @pytest.fixture()
 def shim(tmp_path, monkeypatch) -> Path:
+    return shim_env(tmp_path, monkeypatch)
+
+
+def shim_env(tmp_path: Path, monkeypatch) -> Path:
     """The environment a build signs in: IMGBUILD_COSIGN is the shim; its argv log."""
     if not COSIGN.exists():
         pytest.skip("skipped: no cosign (make services installs it)")
@@ -94,30 +98,41 @@ def test_a_kms_key_signs_through_cosign_and_both_verify(own_repo, shim):
                                                             key="other.pub"))
 
 
+def keyless_as(tmp_path: Path, monkeypatch, standin, subject: str | None = None) -> None:
+    """The shim signs keyless as `subject` (default: the workflow's GitHub Actions identity)
+    from now on: a leaf the stand-in CA issued for it (one leaf key in tmp_path, a certificate
+    per subject), its chain, the CT log's key; and what a job with `permissions: id-token:
+    write` has in its environment (the shim takes no token). The trust root for a keyless
+    policy is tmp_path/trusted_root.json."""
+    from .sigstore_standin import GHA_SUBJECT, cert_pem
+
+    subject = subject or GHA_SUBJECT
+    key = tmp_path / "leaf.key"
+    if not key.exists():
+        r = cosign_cli("generate-key-pair", "--output-key-prefix", str(tmp_path / "leaf"))
+        assert r.returncode == 0, r.stderr
+    leaf_key = cosign.load_private_key(key.read_bytes(), PASSWORD.encode(), "leaf.key").key
+    cert = tmp_path / f"leaf-{len(list(tmp_path.glob('leaf-*.pem')))}.pem"
+    cert.write_text(cert_pem(standin.leaf(leaf_key, subject=subject)))
+    (tmp_path / "chain.pem").write_text(standin.chain_pem())
+    (tmp_path / "trusted_root.json").write_text(json.dumps(standin.trusted_root()))
+    (tmp_path / "ct.pub").write_text(standin.ct_public_pem())
+    for k, v in {"COSIGN_SHIM_KEY": str(key), "COSIGN_SHIM_CERT": str(cert),
+                 "COSIGN_SHIM_CHAIN": str(tmp_path / "chain.pem"),
+                 "SIGSTORE_CT_LOG_PUBLIC_KEY_FILE": str(tmp_path / "ct.pub"),
+                 "ACTIONS_ID_TOKEN_REQUEST_URL": "http://127.0.0.1:9/token?x=1",
+                 "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "stand-in"}.items():
+        monkeypatch.setenv(k, v)
+
+
 def test_keyless_through_cosign_records_the_identity_read_back(own_repo, shim, tmp_path,
                                                                monkeypatch):
     """`--sign-key keyless` as the CI job runs it: cosign with no key; the shim answers with a
     leaf the stand-in CA issued for the workflow's identity. The identity recorded is the one
     read back from the registry's signature."""
-    from .sigstore_standin import GHA_ISSUER, GHA_SUBJECT, StandIn, cert_pem
+    from .sigstore_standin import GHA_ISSUER, GHA_SUBJECT, StandIn
 
-    standin = StandIn.make()
-    r = cosign_cli("generate-key-pair", "--output-key-prefix", str(tmp_path / "leaf"))
-    assert r.returncode == 0, r.stderr
-    leaf_key = cosign.load_private_key((tmp_path / "leaf.key").read_bytes(), PASSWORD.encode(),
-                                       "leaf.key").key
-    (tmp_path / "leaf.pem").write_text(cert_pem(standin.leaf(leaf_key)))
-    (tmp_path / "chain.pem").write_text(standin.chain_pem())
-    (tmp_path / "trusted_root.json").write_text(json.dumps(standin.trusted_root()))
-    (tmp_path / "ct.pub").write_text(standin.ct_public_pem())
-    for k, v in {"COSIGN_SHIM_KEY": str(tmp_path / "leaf.key"),
-                 "COSIGN_SHIM_CERT": str(tmp_path / "leaf.pem"),
-                 "COSIGN_SHIM_CHAIN": str(tmp_path / "chain.pem"),
-                 "SIGSTORE_CT_LOG_PUBLIC_KEY_FILE": str(tmp_path / "ct.pub"),
-                 # what a job with `permissions: id-token: write` has (the shim takes no token)
-                 "ACTIONS_ID_TOKEN_REQUEST_URL": "http://127.0.0.1:9/token?x=1",
-                 "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "stand-in"}.items():
-        monkeypatch.setenv(k, v)
+    keyless_as(tmp_path, monkeypatch, StandIn.make())
     repo = Repository.parse(own_repo)
     digest = with_evidence(repo, b"signed keyless through cosign")
     policy = SignPolicy(str(tmp_path / "registries.yaml"), issuer=GHA_ISSUER,

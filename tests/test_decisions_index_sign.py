@@ -421,15 +421,145 @@ def test_a_multi_platform_build_signs_its_index_with_its_key(monkeypatch, plan, 
     assert got == [{"signer": key, "policy": policy, "commit": "abc", "progress": build.SILENT}]
 
 
-@pytest.mark.parametrize("key", [None, "awskms:///alias/x"])
-def test_an_index_is_not_signed_keyless_or_by_kms_and_nothing_is_written(key):
-    """cosign-delegated signers sign images; the index path refuses them before it asks the
-    registry anything (the repository here is not one: any call to it would fail otherwise)."""
+# --- keyless and KMS: cosign signs the index (image/cosigncli.py, faked at its call) ---------
+
+GHA = ("https://github.com/acme/serving/.github/workflows/images.yml@refs/heads/main",
+       "https://token.actions.githubusercontent.com")
+FORK = ("https://github.com/evil/serving/.github/workflows/images.yml@refs/heads/main", GHA[1])
+
+
+def test_keyless_platform_images_must_all_name_one_identity():
+    assert indexsign.identity_checks([GHA, GHA]) == [
+        (("signature", True, f"keyless as {GHA[0]} (issuer {GHA[1]})"),)] * 2
+    two = indexsign.identity_checks([GHA, FORK])
+    assert [c[0][1] for c in two] == [False, False]
+    assert two[1][0][2] == (f"keyless as {FORK[0]} (issuer {FORK[1]}); the platform images "
+                            "name 2 identities, and one signs the index")
+    none = indexsign.identity_checks([GHA, None])
+    assert none[0][0][1] is True and none[1][0][1] is False
+    assert none[1][0][2].startswith("none: no keyless signature")
+    assert indexsign.identity_checks([]) == []
+
+
+def test_the_index_must_be_signed_by_its_platforms_identity():
+    assert indexsign.index_identity_refusal(GHA, GHA) is None
+    assert indexsign.index_identity_refusal(FORK, GHA) == (
+        f"the index was signed keyless as {FORK[0]} (issuer {FORK[1]}); its platform images "
+        f"keyless as {GHA[0]} (issuer {GHA[1]})")
+    assert "no keyless signature of the index" in indexsign.index_identity_refusal(None, GHA)
+    # Same subject, another issuer: another identity.
+    assert indexsign.index_identity_refusal((GHA[0], "https://accounts.google.com"), GHA)
+
+
+class Cosign:
+    """cosigncli's calls, faked: `sign` records the digest it signed and, keyless, leaves a
+    certificate naming `identity` (what the registry would hold after real cosign); the
+    identities the registry's `.sig` tags name, by digest."""
+
+    def __init__(self, monkeypatch, identities: dict[str, tuple[str, str] | None],
+                 identity=GHA, public: bytes | None = None):
+        from imgbuild.image import cosigncli, keyless
+
+        self.signed: list[tuple[str, dict]] = []
+        self.identities = dict(identities)
+
+        def sign(signer, ref, predicates, **_):
+            digest = ref.split("@", 1)[1]
+            self.signed.append((digest, predicates))
+            if signer.key is None:
+                self.identities[digest] = identity
+
+        def who(repo, digest):
+            got = self.identities.get(digest)
+            return keyless.Identity((got[0],), got[1]) if got else None
+
+        monkeypatch.setattr(cosigncli, "sign", sign)
+        monkeypatch.setattr(signstore, "keyless_identity", who)
+        if public is not None:
+            monkeypatch.setattr(cosigncli, "public_key_pem", lambda signer, env=None: public)
+
+
+def _platform_digests(plan) -> list[str]:
+    return ["sha256:" + hashlib.sha256(p.platform.encode()).hexdigest() for p in plan.plans]
+
+
+def test_a_keyless_index_is_signed_over_platforms_of_its_identity(monkeypatch, plan):
+    from imgbuild.image.cosigncli import Delegated
+
+    fake = FakeRegistry(monkeypatch, plan, None)
+    fc = Cosign(monkeypatch, dict.fromkeys(_platform_digests(plan), GHA))
+    done = pindex.assemble(plan, Repository.parse(REPO), signer=Delegated("/bin/cosign", None))
+    assert done.signed_by == {"method": "keyless", "subject": GHA[0], "issuer": GHA[1]}
+    assert [d for d, _ in fc.signed] == [done.digest]
+    # By digest, then signed (cosign), then the tags.
+    assert fake.events == [("index by digest", done.digest), ("tag", plan.content_tag),
+                           *[("tag", t) for t in plan.tags]]
+    assert done.signed == (cosign.sig_tag(done.digest), cosign.att_tag(done.digest))
+    assert set(fc.signed[0][1]) == {"cyclonedx", "slsaprovenance1"}  # cosign's --type names
+    assert done.to_dict()["signed_by"] == done.signed_by
+
+
+@pytest.mark.parametrize("found", [(GHA, FORK), (GHA, None)], ids=["two", "one-unsigned"])
+def test_keyless_platforms_of_other_identities_refuse_the_index_before_anything(
+        monkeypatch, plan, found):
+    from imgbuild.image.cosigncli import Delegated
+
+    fake = FakeRegistry(monkeypatch, plan, None)
+    fc = Cosign(monkeypatch, dict(zip(_platform_digests(plan), found)))
+    with pytest.raises(JobFailed) as e:
+        pindex.assemble(plan, Repository.parse(REPO), signer=Delegated("/bin/cosign", None))
+    err = e.value
+    assert err.message == "the index of tiny-cpu-multi was not assembled; no tag moved"
+    assert err.facts[-1] == indexsign.SAME_IDENTITY
+    assert any(f.startswith("linux/arm64: ") for f in err.facts[:-1])
+    assert err.hint.startswith("sign each platform's image in the same workflow")
+    assert "--sign-key keyless" in err.hint and "cosign sign REPO@DIGEST" in err.hint
+    assert fake.events == [] and fc.signed == []
+
+
+def test_an_index_signed_by_another_identity_than_its_platforms_gets_no_tag(monkeypatch, plan):
+    from imgbuild.image.cosigncli import Delegated
+
+    fake = FakeRegistry(monkeypatch, plan, None)
+    Cosign(monkeypatch, dict.fromkeys(_platform_digests(plan), GHA), identity=FORK)
+    with pytest.raises(JobFailed) as e:
+        pindex.assemble(plan, Repository.parse(REPO), signer=Delegated("/bin/cosign", None))
+    err = e.value
+    assert "is not signed by the identity that signed its platform images" in err.message
+    assert err.facts[1] == indexsign.index_identity_refusal(FORK, GHA)
+    assert [e for e in fake.events if e[0] == "tag"] == []
+
+
+def test_a_kms_index_asks_its_platforms_for_the_kms_keys_signature(monkeypatch, plan, key,
+                                                                   other):
+    from imgbuild.image.cosigncli import Delegated
+
+    kms = Delegated("/bin/cosign", "awskms:///alias/ci")
+    public = (KEYS / "cosign.pub").read_bytes()  # the KMS key's public half, as cosign reads it
+    fake = FakeRegistry(monkeypatch, plan, other)
+    fc = Cosign(monkeypatch, {}, public=public)
+    with pytest.raises(JobFailed) as e:
+        pindex.assemble(plan, Repository.parse(REPO), signer=kms)
+    assert e.value.facts[-1] == ("asked of each platform image: a signature by "
+                                 f"{cosign.key_id(key.key.public_key())} (awskms:///alias/ci), "
+                                 "the key that signs the index")
+    assert fake.events == [] and fc.signed == []
+    fake = FakeRegistry(monkeypatch, plan, key)  # the platforms signed by the KMS key
+    done = pindex.assemble(plan, Repository.parse(REPO), signer=kms)
+    assert done.signed_by == {"method": "kms", "key": "awskms:///alias/ci"}
+    assert [d for d, _ in fc.signed] == [done.digest]
+    assert fake.events[-1] == ("tag", plan.tags[-1])
+
+
+def test_a_kms_key_cosign_cannot_show_is_refused_before_anything(monkeypatch, plan):
     from imgbuild.errors import InputError
     from imgbuild.image.cosigncli import Delegated
-    from imgbuild.pipeline.index import assemble
 
+    fake = FakeRegistry(monkeypatch, plan, None)
+    Cosign(monkeypatch, {}, public=b"not a key")
     with pytest.raises(InputError) as e:
-        assemble(object(), object(), signer=Delegated("/usr/bin/cosign", key))
+        pindex.assemble(plan, Repository.parse(REPO),
+                        signer=Delegated("/bin/cosign", "gcpkms://k"))
+    assert "gcpkms://k gave no usable key" in e.value.message
     assert "nothing was written and no tag was moved" in e.value.facts
-    assert (key or "keyless") in str(e.value)
+    assert fake.events == []

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
 from imgbuild.catalog.registries import SignPolicy
 from imgbuild.errors import JobFailed
-from imgbuild.image import attest, cosign, registry, signstore
+from imgbuild.image import attest, cosign, indexsign, registry, signstore
 from imgbuild.image.registry import Repository
 from imgbuild.lock.lockfile import pins_digest
 from imgbuild.pipeline.index import assemble
@@ -47,6 +48,14 @@ TLOG = "--insecure-ignore-tlog=true"
 @pytest.fixture()
 def repo(own_repo) -> Repository:
     return Repository.parse(own_repo)
+
+
+@pytest.fixture()
+def shim(tmp_path, monkeypatch) -> Path:
+    """IMGBUILD_COSIGN is tests/cosign_shim.py (the real cosign 2.5 behind it); its argv log."""
+    from .test_cosign_delegation import shim_env
+
+    return shim_env(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +294,97 @@ def test_index_refuses_to_sign_over_a_platform_image_another_key_signed(repo, ke
     assert "linux/amd64:" not in said
     for tag in (plan.content_tag, *plan.tags):
         assert registry.manifest_digest(repo, tag) is None
+
+
+# --- keyless and KMS: cosign signs the index (through tests/cosign_shim.py) -------------------
+
+FORK = "https://github.com/evil/serving/.github/workflows/images.yml@refs/heads/main"
+
+
+def test_an_index_signed_keyless_vouches_only_for_platforms_of_its_identity(
+        repo, shim, tmp_path, monkeypatch):
+    """As the workflow's index job signs: keyless, no `signed-by` policy. The platform images
+    were signed keyless by the build jobs; cosign's certificate for the index (the stand-in
+    CA's, for the workflow's identity) must name the identity theirs name."""
+    from imgbuild.image.cosigncli import Delegated
+
+    from .sigstore_standin import GHA_ISSUER, GHA_SUBJECT, StandIn
+    from .test_cosign_delegation import SHIM, keyless_as
+
+    standin = StandIn.make()
+    keyless = Delegated(str(SHIM), None)
+    images = push_platforms(repo, None)
+    amd, arm = images["linux/amd64"], images["linux/arm64"]
+    plan = index_plan(repo)
+    keyless_as(tmp_path, monkeypatch, standin)
+    signstore.sign_as(repo, amd, keyless, PREDICATES)
+    keyless_as(tmp_path, monkeypatch, standin, FORK)  # arm64 signed by another workflow
+    signstore.sign_as(repo, arm, keyless, PREDICATES)
+    keyless_as(tmp_path, monkeypatch, standin)
+    signs = len(shim.read_text().splitlines())
+    with pytest.raises(JobFailed) as e:
+        assemble(plan, repo, signer=keyless)
+    said = e.value.facts
+    assert f"linux/arm64: {arm}: signature: keyless as {FORK} (issuer {GHA_ISSUER}); the " \
+           "platform images name 2 identities, and one signs the index" in said
+    assert said[-1] == indexsign.SAME_IDENTITY
+    assert len(shim.read_text().splitlines()) == signs  # cosign was not asked to sign
+    assert all(registry.manifest_digest(repo, t) is None for t in (plan.content_tag, *plan.tags))
+    # arm64 signed again by this workflow: its last signature names the same identity.
+    signstore.sign_as(repo, arm, keyless, PREDICATES)
+    # An index job of another workflow signs, and its index gets no tag.
+    keyless_as(tmp_path, monkeypatch, standin, FORK)
+    with pytest.raises(JobFailed, match="not signed by the identity that signed its platform"):
+        assemble(plan, repo, signer=keyless)
+    assert all(registry.manifest_digest(repo, t) is None for t in (plan.content_tag, *plan.tags))
+    keyless_as(tmp_path, monkeypatch, standin)
+    done = assemble(plan, repo, signer=keyless)
+    assert done.signed_by == {"method": "keyless", "subject": GHA_SUBJECT, "issuer": GHA_ISSUER}
+    assert registry.manifest_digest(repo, MULTI) == done.digest
+    # A keyless policy for the workflow's identity accepts the index; one for the fork's does
+    # not look at the fork's signature alone: the workflow's is there too.
+    policy = SignPolicy(str(tmp_path / "registries.yaml"), issuer=GHA_ISSUER,
+                        subject=GHA_SUBJECT, trust_root="trusted_root.json", tlog=False)
+    found, _ = signstore.checks(repo, done.digest, policy)
+    assert [ok for _, ok, _ in found] == [True, True, True], found
+    # cosign on the multi-arch tag: the index's own keyless signature and attestations (the
+    # stand-in's chain and CT key given offline, as tests/test_sign_interop.py does).
+    offline = ["--certificate-chain", str(tmp_path / "chain.pem"), TLOG, *HTTP]
+    tag = f"{repo.name}:{MULTI}"
+    r = cosign_cli("verify", "--certificate-identity", GHA_SUBJECT, "--certificate-oidc-issuer",
+                   GHA_ISSUER, *offline, tag)
+    assert r.returncode == 0, r.stderr
+    r = cosign_cli("verify-attestation", "--type", "slsaprovenance1", "--certificate-identity",
+                   GHA_SUBJECT, "--certificate-oidc-issuer", GHA_ISSUER, *offline, tag)
+    assert r.returncode == 0, r.stderr
+
+
+def test_an_index_signed_with_a_kms_key_through_cosign(repo, key, other, shim):
+    """`imgbuild index --sign-key hashivault://…` (the shim signs with tests/fixtures/cosign's
+    key in the KMS's place): the KMS key's public half, read through `cosign public-key`, is
+    what each platform image must be signed by."""
+    from .test_cosign_delegation import KMS, argvs
+
+    images = push_platforms(repo, key)
+    arm = images["linux/arm64"]
+    repo.api.request("DELETE", f"{repo.path}/manifests/"
+                     f"{registry.manifest_digest(repo, cosign.sig_tag(arm))}",
+                     scope=repo.scope("pull", "push"))
+    signstore.sign(repo, arm, other, {})
+    r = imgbuild("index", MULTI, "--registry", repo.name, "--sign-key", KMS)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1, said
+    assert f"linux/arm64: {arm}: signature: no signature by" in said
+    assert f"a signature by {cosign.key_id(key.key.public_key())} ({KMS}), the key that signs " \
+           "the index" in said
+    assert [a[0] for a in argvs(shim)] == ["version", "public-key"]  # nothing signed
+    signstore.sign(repo, arm, key, PREDICATES)
+    r = imgbuild("index", MULTI, "--registry", repo.name, "--sign-key", KMS, "--json")
+    assert r.returncode == 0, r.stderr
+    [done] = json.loads(r.stdout)["indexes"]
+    assert done["signed_by"] == {"method": "kms", "key": KMS}
+    got = argvs(shim)[2:]
+    assert [a[0] for a in got] == ["version", "public-key", "sign", "attest", "attest"]
+    assert all(a[-1] == f"{repo.name}@{done['digest']}" for a in got[2:])
+    r = cosign_cli("verify", "--key", PUB, TLOG, *HTTP, f"{repo.name}:{MULTI}")
+    assert r.returncode == 0, r.stderr

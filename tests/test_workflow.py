@@ -337,6 +337,11 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
     assert again["content_tag"] == content and again["action"] == "local"
 
 
+KEY_SECRETS = {"COSIGN_PRIVATE_KEY": (ROOT / "tests" / "fixtures" / "cosign" / "cosign.key"
+                                      ).read_text(),
+               "COSIGN_PASSWORD": "imgbuild-test"}
+
+
 def _index_job_until_refused(tmp_path: Path, *, build_amd64: bool) -> tuple[Runner, str, Path]:
     """tiny-cpu-multi: the matrix has a job per platform; here only the amd64 one can run (the
     arm64 one asks for ubuntu-24.04-arm), so the index job refuses, naming linux/arm64, and no
@@ -347,8 +352,9 @@ def _index_job_until_refused(tmp_path: Path, *, build_amd64: bool) -> tuple[Runn
         pytest.skip(f"skipped: no registry on {REGISTRY_HOST} (make services starts one)")
     registry = f"{REGISTRY_HOST}/imgbuild-wf-{uuid.uuid4().hex[:8]}"
     src = _source(tmp_path)
+    # With the signing secrets: keyless (the jobs' default) needs GitHub's OIDC token.
     event = {"name": "workflow_dispatch", "inputs": {"targets": "tiny-cpu-multi", "relock": False},
-             "vars": {"REGISTRY": registry}, "secrets": {}}
+             "vars": {"REGISTRY": registry}, "secrets": KEY_SECRETS}
     home = tmp_path / "home"
     home.mkdir()
     r = Runner(src, tmp_path, _runner_env(home), event)
@@ -388,9 +394,10 @@ def test_index_job_assembles_only_after_every_platform_passed(tmp_path, docker_c
 
     r, registry, home = _index_job_until_refused(tmp_path, build_amd64=True)
     # What the arm64 runner's build job runs, run here under QEMU user emulation.
-    env = _runner_env(home) | {"PATH": os.environ["PATH"]}
+    env = _runner_env(home) | {"PATH": os.environ["PATH"]} | KEY_SECRETS
     done = subprocess.run([str(ROOT / ".venv" / "bin" / "imgbuild"), "build", "tiny-cpu-multi",
-                           "--platform", "linux/arm64", "--registry", registry, "--push"],
+                           "--platform", "linux/arm64", "--registry", registry, "--push",
+                           "--sign-key", "env://COSIGN_PRIVATE_KEY"],
                           cwd=r.source, env=env, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = r.job("index")
@@ -525,10 +532,19 @@ GHA_ISSUER = "https://token.actions.githubusercontent.com"
 def test_the_build_job_signs_keyless_with_its_own_oidc_token_and_cosign_2():
     doc = yaml.safe_load(WORKFLOW.read_text())
     jobs = doc["jobs"]
-    # The OIDC token only where an image is signed: the build job, not the workflow.
+    # The OIDC token only where an image or an index is signed: the build and index jobs, not
+    # the workflow (pages has its own, for GitHub Pages' deployment).
     assert doc["permissions"] == {"contents": "read"}
     assert jobs["build"]["permissions"] == {"contents": "read", "id-token": "write"}
-    assert "id-token" not in (jobs["matrix"].get("permissions") or {})
+    assert jobs["index"]["permissions"] == {"contents": "read", "id-token": "write"}
+    assert {n for n, j in jobs.items() if "id-token" in (j.get("permissions") or {})} == {
+        "build", "index", "pages"}
+    isteps = jobs["index"]["steps"]
+    inames = [s.get("name") or s.get("uses") for s in isteps]
+    [iinst] = [s for s in isteps if str(s.get("uses", "")).startswith("sigstore/cosign-installer")]
+    assert iinst["uses"] == "sigstore/cosign-installer@v3"
+    assert re.fullmatch(r"v2\.\d+\.\d+", iinst["with"]["cosign-release"])
+    assert inames.index(iinst["name"]) < inames.index(INDEX_STEP)
     steps = jobs["build"]["steps"]
     names = [s.get("name") or s.get("uses") for s in steps]
     [installer] = [s for s in steps if str(s.get("uses", "")).startswith("sigstore/cosign-installer")]
@@ -547,12 +563,13 @@ def test_the_build_job_signs_keyless_with_its_own_oidc_token_and_cosign_2():
     assert "COSIGN_PRIVATE_KEY" not in first["run"]
 
 
-def _signing_step(tmp_path: Path, secrets: dict, build_json: dict) -> tuple[list[str], str]:
+def _signing_step(tmp_path: Path, secrets: dict, build_json: dict, *, job: str = "build",
+                  name: str = SIGN_STEP, extra: dict | None = None) -> tuple[list[str], str]:
     """The signing step's `run:` as written, in bash as GitHub runs it, with its `env:` from
     these secrets and `imgbuild` stood in for (its argv recorded, `build_json` its output):
     (imgbuild's argv, the step summary)."""
-    step = next(s for s in yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["steps"]
-                if s.get("name") == SIGN_STEP)
+    step = next(s for s in yaml.safe_load(WORKFLOW.read_text())["jobs"][job]["steps"]
+                if s.get("name") == name)
     ctx = {"secrets": secrets, "matrix": {}, "github": {}, "vars": {}}
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
@@ -564,7 +581,7 @@ def _signing_step(tmp_path: Path, secrets: dict, build_json: dict) -> tuple[list
     summary = tmp_path / "summary"
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "TARGET": "tiny-cpu", "MODEL": "",
            "PLATFORM": "linux/amd64", "REGISTRY": "ghcr.io/acme/serving",
-           "GITHUB_STEP_SUMMARY": str(summary)}
+           "GITHUB_STEP_SUMMARY": str(summary)} | (extra or {})
     env |= {k: _str(substitute(v, ctx)) for k, v in step["env"].items()}
     r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
                         substitute(step["run"], ctx)], cwd=tmp_path, env=env,
@@ -589,6 +606,31 @@ def test_the_signing_step_signs_keyless_unless_a_key_is_set_and_says_who(tmp_pat
     assert summary.rstrip().splitlines()[-1] == (
         "signed with the key $COSIGN_PRIVATE_KEY" if keyed
         else f"signed keyless as {GHA_SUBJECT} (issuer {GHA_ISSUER})")
+
+
+INDEX_STEP = "Assemble each multi-platform target's index, sign it, then move its tags"
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_index_step_signs_keyless_unless_a_key_is_set_and_says_who(tmp_path, keyed):
+    secrets = {"COSIGN_PRIVATE_KEY": "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----...",
+               "COSIGN_PASSWORD": "pw"} if keyed else {}
+    by = {"method": "key", "key": "$COSIGN_PRIVATE_KEY"} if keyed else \
+        {"method": "keyless", "subject": GHA_SUBJECT, "issuer": GHA_ISSUER}
+    pushed = "ghcr.io/acme/serving:tiny-cpu-multi-0123@sha256:1"
+    matrix = {"include": [{"target": "tiny-cpu-multi", "multi_platform": True}] * 2
+              + [{"target": "tiny-cpu", "multi_platform": False}]}
+    argv, summary = _signing_step(tmp_path, secrets, {"indexes": [{
+        "target": "tiny-cpu-multi", "pushed": [pushed], "signed_by": by}]}, job="index",
+        name=INDEX_STEP, extra={"MATRIX": json.dumps(matrix)})
+    assert argv[:2] == ["index", "tiny-cpu-multi"]  # one target, once
+    assert argv[argv.index("--sign-key") + 1] == ("env://COSIGN_PRIVATE_KEY" if keyed
+                                                  else "keyless")
+    assert "--json" in argv
+    assert not any("BEGIN" in a or a == "pw" for a in argv)
+    assert summary.splitlines() == [f"index tiny-cpu-multi: {pushed}", (
+        "signed with the key $COSIGN_PRIVATE_KEY" if keyed
+        else f"signed keyless as {GHA_SUBJECT} (issuer {GHA_ISSUER})")]
 
 
 def test_the_signing_summary_of_a_multi_platform_build_and_of_an_unsigned_one(tmp_path):

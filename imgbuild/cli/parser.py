@@ -233,7 +233,9 @@ def parser() -> argparse.ArgumentParser:
                         "provenance) in Sigstore cosign's format, after it is put by digest and "
                         "before any tag moves; refused unless every platform image is signed by "
                         "this key: a cosign key file (its password in COSIGN_PASSWORD) or "
-                        "env://VAR (env IMGBUILD_SIGN_KEY)")
+                        "env://VAR; `keyless` (every platform image's certificate, and the "
+                        "index's, naming one identity) or a KMS URI, signed by the cosign 2.x "
+                        "binary (env IMGBUILD_SIGN_KEY)")
     s = sub.add_parser("smoke", parents=[common], help="run the smoke payload inside an image")
     s.add_argument("image")
     s.add_argument("--gpu", choices=("auto", "off", "require"), default="auto",

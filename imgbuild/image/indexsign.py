@@ -131,6 +131,52 @@ def platform_policy(policy: SignPolicy | None, signer_pem: str | None) -> SignPo
     return SignPolicy(SIGNING_KEY, key=signer_pem, attestations=())
 
 
+# Who signed keyless, as policies match it: (certificate subject, OIDC issuer).
+Who = tuple[str, str | None]
+
+# Keyless with no `signed-by` policy: nothing names the identity in advance, and there is no
+# trust root to check a certificate against. The index is then signed only over platform
+# images whose certificates all name one identity, and the index's own certificate, read back
+# after cosign signed, must name it too: the CI's build jobs and its index job are one
+# workflow (GitHub Actions: one workflow file at one ref, one subject). That is the key path's
+# "the same key", said of identities; a policy with a trust root checks the chain as well.
+SAME_IDENTITY = ("asked of each platform image: a keyless signature by the identity that signs "
+                 "the index, one for all (no signed-by policy: each certificate's identity is "
+                 "read, not checked against a trust root)")
+
+
+def said_who(who: Who) -> str:
+    return f"keyless as {who[0]} (issuer {who[1] or 'not named'})"
+
+
+def identity_checks(found: Sequence[Who | None]) -> list[tuple[Check, ...]]:
+    """Per platform image, in order: the check that it is signed keyless by the one identity
+    all of them share (`found`: each one's certificate identity, None where it has none)."""
+    named = {w for w in found if w is not None}
+    out: list[tuple[Check, ...]] = []
+    for who in found:
+        if who is None:
+            check = ("signature", False, "none: no keyless signature (a certificate) of it is "
+                                         "in the registry")
+        elif len(named) > 1:
+            check = ("signature", False, f"{said_who(who)}; the platform images name "
+                                         f"{len(named)} identities, and one signs the index")
+        else:
+            check = ("signature", True, said_who(who))
+        out.append((check,))
+    return out
+
+
+def index_identity_refusal(index: Who | None, platforms: Who | None) -> str | None:
+    """Why the index's keyless signature does not vouch for its platform images (None: it
+    does): its certificate, read back, names no identity, or not theirs."""
+    if index is None:
+        return "the registry holds no keyless signature of the index (no certificate)"
+    if platforms is not None and index != platforms:
+        return f"the index was signed {said_who(index)}; its platform images {said_who(platforms)}"
+    return None
+
+
 def asked_of_platforms(wanted: SignPolicy, key: str) -> str:
     """What each platform image was asked for, said beside what was found: `key` names the
     public key (its id and where it comes from)."""

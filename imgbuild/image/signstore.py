@@ -9,9 +9,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..catalog.registries import SignPolicy
+from ..catalog.registries import ATTESTATION_TYPES, SignPolicy
 from ..errors import InputError, JobFailed
-from . import cosign, keyless, registry
+from . import cosign, cosigncli, keyless, registry
 from .cosigncli import KMS_SCHEMES
 
 MAX_LAYERS = 64  # signatures or attestations read per image: a tag that holds more is odd
@@ -134,6 +134,35 @@ def sign(repo: registry.Repository, image_digest: str, key: cosign.SigningKey,
     if layers is not None:
         written.insert(0, _put(repo, cosign.sig_tag(image_digest), layers))
     return written
+
+
+def sign_as(repo: registry.Repository, digest: str,
+            signer: cosign.SigningKey | cosigncli.Delegated,
+            predicates: Mapping[str, dict]) -> tuple[list[str], dict]:
+    """Sign `digest` and attest each predicate ({predicate type: predicate}): with a key here,
+    or through cosign (keyless, a KMS key). (The tags written, who signed: for keyless, the
+    identity of the certificate read back from the registry, not the one the job meant to
+    have.) An image and an index are signed alike."""
+    if not isinstance(signer, cosigncli.Delegated):
+        return sign(repo, digest, signer, predicates), {"method": "key", "key": signer.source}
+    kinds = {ptype: kind for kind, ptype in ATTESTATION_TYPES.items()}
+    cosigncli.sign(signer, f"{repo.name}@{digest}",
+                   {kinds[t]: p for t, p in predicates.items()}, plain_http=repo.plain_http,
+                   cacert=registry.ca_file(repo))
+    tags = [cosign.sig_tag(digest)] + ([cosign.att_tag(digest)] if predicates else [])
+    if signer.key is not None:
+        return tags, {"method": "kms", "key": signer.key}
+    who = keyless_identity(repo, digest)
+    if who is None:
+        raise JobFailed(f"cosign signed {repo.name}@{digest[:19]}… keyless, and the registry "
+                        "holds no certificate-bearing signature of it under "
+                        f"{cosign.sig_tag(digest)}; no tag moved",
+                        facts=[f"cosign: {signer.cosign}", "imgbuild reads the `.sig` tags "
+                               "cosign 2 writes; cosign 3 writes Sigstore bundles as OCI "
+                               "referrers"],
+                        hint="sign with cosign 2.x (sigstore/cosign-installer: cosign-release "
+                             "v2.5.0, or IMGBUILD_COSIGN)")
+    return tags, {"method": "keyless", "subject": who.subject, "issuer": who.issuer}
 
 
 def keyless_identity(repo: registry.Repository, image_digest: str) -> keyless.Identity | None:

@@ -685,29 +685,9 @@ def sign_published(repo: registry.Repository, digest: str,
     prov = registry.fetch_artifact(repo, attest.tag(digest, "provenance"), attest.PROVENANCE_TYPE)
     if prov is not None and isinstance(prov[1].get("predicate"), dict):
         predicates[ATTESTATION_TYPES["slsaprovenance1"]] = prov[1]["predicate"]
-    from ..image import cosign, signstore  # imported on use: the crypto, only to sign
+    from ..image import signstore  # imported on use: the crypto, only to sign
 
-    if not isinstance(signer, cosigncli.Delegated):
-        return signstore.sign(repo, digest, signer, predicates), {"method": "key",
-                                                                  "key": signer.source}
-    kinds = {ptype: kind for kind, ptype in ATTESTATION_TYPES.items()}
-    cosigncli.sign(signer, f"{repo.name}@{digest}",
-                   {kinds[t]: p for t, p in predicates.items()}, plain_http=repo.plain_http,
-                   cacert=registry.ca_file(repo))
-    tags = [cosign.sig_tag(digest)] + ([cosign.att_tag(digest)] if predicates else [])
-    if signer.key is not None:
-        return tags, {"method": "kms", "key": signer.key}
-    who = signstore.keyless_identity(repo, digest)
-    if who is None:
-        raise JobFailed(f"cosign signed {repo.name}@{digest[:19]}… keyless, and the registry "
-                        "holds no certificate-bearing signature of it under "
-                        f"{cosign.sig_tag(digest)}; no tag moved",
-                        facts=[f"cosign: {signer.cosign}", "imgbuild reads the `.sig` tags "
-                               "cosign 2 writes; cosign 3 writes Sigstore bundles as OCI "
-                               "referrers"],
-                        hint="sign with cosign 2.x (sigstore/cosign-installer: cosign-release "
-                             "v2.5.0, or IMGBUILD_COSIGN)")
-    return tags, {"method": "keyless", "subject": who.subject, "issuer": who.issuer}
+    return signstore.sign_as(repo, digest, signer, predicates)
 
 
 def said_by(signed_by: dict | None) -> str:

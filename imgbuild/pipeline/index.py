@@ -6,20 +6,26 @@ provenance by that image's digest. The index is assembled after all of them pass
 the registry's manifests for the platforms' content tags, goes under the index's content tag,
 and only then under the moving tags. An index never lists an image without a passing report.
 
-With a signing key (`--sign-key`, IMGBUILD_SIGN_KEY) the index is signed in cosign's format
-(image/indexsign.py says what it is attested with, and why): it is put in the registry by its
-digest, no tag naming it yet, then signed, then checked against the registry's `signed-by`
-policy, and only then do its content tag and moving tags go onto it. A signing or a check that
-fails moves no tag: what stays is an index no tag names, and its attestations or signature
-where they were written (a second run, the same platforms giving the same digest, adds only
-what is missing). Before anything is written, each platform's image must be signed by the same
-key (under a policy: pass the whole policy), or the index is not assembled at all.
+With a signer (`--sign-key`, IMGBUILD_SIGN_KEY: a key file or env://VAR signed here; keyless
+or a KMS key through cosign) the index is signed in cosign's format (image/indexsign.py says
+what it is attested with, and why): it is put in the registry by its digest, no tag naming it
+yet, then signed, then checked against the registry's `signed-by` policy, and only then do its
+content tag and moving tags go onto it. A signing or a check that fails moves no tag: what
+stays is an index no tag names, and its attestations or signature where they were written (a
+second run, the same platforms giving the same digest, adds only what is missing; cosign
+appends its signature again). Before anything is written, each platform's image must pass what
+is asked of it, or the index is not assembled at all:
+
+- under a `signed-by` policy: the whole policy;
+- else, signing with a key or a KMS key: a signature by that key;
+- else, keyless: certificates that all name one identity, which the index's own certificate,
+  read back after signing, must name too (indexsign.SAME_IDENTITY).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..catalog.registries import SignPolicy
@@ -31,6 +37,8 @@ from ..progress import SILENT, Progress
 if TYPE_CHECKING:
     from ..image.cosign import SigningKey
 
+    Signer = SigningKey | cosigncli.Delegated  # signed here, or by cosign
+
 
 @dataclass(frozen=True)
 class Assembled:
@@ -39,12 +47,15 @@ class Assembled:
     manifests: tuple[tuple[str, str], ...]  # (platform, manifest digest)
     pushed: tuple[str, ...]  # ref@digest: the content tag, then the moving tags
     signed: tuple[str, ...] = ()  # the `.sig`/`.att` tags this run wrote for the index
+    # Who signed it: {"method": "key"|"kms", "key"} or {"method": "keyless", "subject",
+    # "issuer"} (the certificate read back from the registry); None: not signed by this run.
+    signed_by: dict | None = None
 
     def to_dict(self) -> dict:
         return {"target": self.plan.target, "content_tag": self.plan.content_tag,
                 "refs": list(self.plan.refs), "digest": self.digest,
                 "manifests": dict(self.manifests), "pushed": list(self.pushed),
-                "signed": list(self.signed)}
+                "signed": list(self.signed), "signed_by": self.signed_by}
 
 
 @dataclass(frozen=True)
@@ -85,24 +96,18 @@ def refusals(stored: tuple[Stored, ...]) -> list[str]:
     return problems
 
 
-def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey | None = None,
+def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: Signer | None = None,
              policy: SignPolicy | None = None, commit: str | None = None,
              progress: Progress = SILENT) -> Assembled:
     """Check every platform's image in the registry (there, of its platform, with a passing or
-    forced smoke report; signed by `signer`'s key, or passing `policy`), then put the index by
-    its digest, sign it with `signer`, check it against `policy`, and only then move its content
-    tag and its moving tags onto it."""
-    if isinstance(signer, cosigncli.Delegated):
-        # keyless or a KMS key (cosign signs for them): the platform images' check needs the
-        # signer's own identity or key, which the index path does not read yet. Refused before
-        # anything is written, not signed half-way.
-        raise InputError(f"--sign-key {signer.key or 'keyless'}: an index is signed with "
-                         "a key file or env://VAR only; keyless and KMS keys sign images, not "
-                         "indexes, in this version",
-                         facts=["nothing was written and no tag was moved"],
-                         hint="sign the index with a key (--sign-key cosign.key), or assemble it "
-                              "unsigned and run `cosign sign --recursive` on its digest")
-    wanted = indexsign.platform_policy(policy, signer.public_pem().decode() if signer else None)
+    forced smoke report; passing `policy`, else signed as `signer` signs), then put the index
+    by its digest, sign it with `signer`, check it against `policy`, and only then move its
+    content tag and its moving tags onto it."""
+    pub = _public_pem(signer)
+    wanted = indexsign.platform_policy(policy, pub)
+    # keyless with no policy: the platforms' certificates must name one identity (module doc)
+    same_identity = policy is None and isinstance(signer, cosigncli.Delegated) \
+        and signer.key is None
     stored: list[Stored] = []
     for p in plan.plans:
         d = registry.manifest_descriptor(repo, p.content_tag)
@@ -114,6 +119,16 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
                              registry.fetch_report(repo, d["digest"]),
                              tuple(registry.image_problems(repo, d["digest"])),
                              _signature_checks(repo, d["digest"], wanted)))
+    platforms_who = None
+    if same_identity:
+        from ..image import signstore  # imported on use: the crypto, only to sign
+
+        present = [i for i, s in enumerate(stored) if s.descriptor is not None]
+        found = [_who(signstore.keyless_identity(repo, stored[i].descriptor["digest"]))
+                 for i in present]
+        for i, checks in zip(present, indexsign.identity_checks(found)):
+            stored[i] = replace(stored[i], signature=checks)
+        platforms_who = found[0] if found and all(f == found[0] for f in found) else None
     problems = refusals(tuple(stored))
     if problems:
         unsigned = [line for s in stored if s.descriptor is not None
@@ -121,13 +136,18 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
                                                             s.signature)]
         build = (f"build, smoke-test and push each platform (`imgbuild {plan.target} --platform "
                  f"PLATFORM --push --registry {repo.name}`)")
-        sign = (f"sign each platform's image with the same key: build it here (`imgbuild "
-                f"{plan.target} --platform PLATFORM --push --rebuild --sign-key KEY --registry "
-                f"{repo.name}`; an image only pulled back is not signed), or `cosign sign --key "
-                "KEY REPO@DIGEST` and `cosign attest` its SBOM and provenance")
+        how = "keyless" if same_identity or (wanted is not None and wanted.keyless) else "KEY"
+        alike = "in the same workflow" if how == "keyless" else "with the same key"
+        sign = (f"sign each platform's image {alike}: build it here (`imgbuild {plan.target} "
+                f"--platform PLATFORM --push --rebuild --sign-key {how} --registry {repo.name}`; an image only pulled back is not signed), or "
+                f"`cosign sign {'' if how == 'keyless' else '--key KEY '}REPO@DIGEST` and "
+                "`cosign attest` its SBOM and provenance")
         only_unsigned = len(unsigned) == len(problems)
         if unsigned and wanted is not None:
-            problems.append(indexsign.asked_of_platforms(wanted, _key_named(wanted, signer)))
+            problems.append(indexsign.asked_of_platforms(wanted, _key_named(wanted, signer,
+                                                                            pub)))
+        elif unsigned and same_identity:
+            problems.append(indexsign.SAME_IDENTITY)
         raise JobFailed(
             f"the index of {plan.target} was not assembled; no tag moved", facts=problems,
             hint=(sign if only_unsigned else
@@ -148,6 +168,7 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
     # By digest first: signed before this run moves a tag onto it.
     registry.put_index(repo, digest, body)
     signed: list[str] = []
+    signed_by: dict | None = None
     if signer is not None:
         from ..image import signstore  # imported on use: the crypto, only to sign
 
@@ -156,7 +177,7 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
             content_tag=plan.content_tag, content_key=plan.content_key, manifests=manifests,
             tool_version=attest.imgbuild_version(), commit=commit)
         try:
-            signed = signstore.sign(repo, digest, signer, predicates)
+            signed, signed_by = signstore.sign_as(repo, digest, signer, predicates)
         except (JobFailed, EnvError) as e:
             raise type(e)(f"the index {pinned} was not signed; no tag moved",
                           facts=[e.message, *e.facts,
@@ -166,9 +187,21 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
                           + f"run `imgbuild index {plan.target} --registry {repo.name} "
                             "--sign-key KEY` again: the same platforms give the same index, "
                             "and what was written is kept") from None
-        progress.note(f"signed the index {repo.name}@{digest[:19]}… with {signer.source}"
+        index_who = (signed_by["subject"], signed_by["issuer"]) \
+            if signed_by.get("method") == "keyless" else None
+        progress.note(f"signed the index {repo.name}@{digest[:19]}… "
+                      + (indexsign.said_who(index_who) if index_who else f"with {signer.source}")
                       + (f": {', '.join(signed)}" if signed else
                          " (its signature and attestations were there already)"))
+        if same_identity and (why := indexsign.index_identity_refusal(index_who,
+                                                                     platforms_who)):
+            raise JobFailed(
+                f"the tags of {plan.target} were not moved: the index {pinned} is not signed "
+                "by the identity that signed its platform images", facts=[
+                    "the index is in the registry by its digest only: no tag names it", why],
+                hint=f"run `imgbuild index {plan.target} --registry {repo.name} --sign-key "
+                     "keyless` in the workflow that built and signed the platform images, or "
+                     "name the identity in a signed-by policy (images/registries.yaml)")
     if policy is not None:
         from ..image import signstore  # imported on use: the crypto, for a policy only
 
@@ -181,9 +214,13 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
                 f"the tags of {plan.target} were not moved: the index {pinned} is not signed "
                 f"as {policy.where} asks", facts=[
                     "the index is in the registry by its digest only: no tag names it", *bad],
-                hint=f"sign it with the policy's key: `imgbuild index {plan.target} --registry "
-                     f"{repo.name} --sign-key KEY`, or `cosign sign --key KEY {pinned}` (and "
-                     "`cosign attest` what the policy asks), then run `imgbuild index` again; "
+                hint=(f"sign it keyless as {policy.subject}: `imgbuild index {plan.target} "
+                      f"--registry {repo.name} --sign-key keyless` in that workflow"
+                      if policy.keyless else
+                      f"sign it with the policy's key: `imgbuild index {plan.target} --registry "
+                      f"{repo.name} --sign-key KEY`, or `cosign sign --key KEY {pinned}`")
+                     + " (and `cosign attest` what the policy asks), then run `imgbuild index` "
+                     "again; "
                      "cosign checks the same: " + cosign.cosign_commands(
                          policy, path, pinned, plain_http=repo.plain_http)[0])
     tags = (plan.content_tag,) + plan.tags
@@ -191,7 +228,7 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: SigningKey |
     progress.note(f"pushed the index {plan.ref()}@{digest[:19]}… ({', '.join(plan.platforms)})"
                   f" and moved {', '.join(plan.tags)} onto it")
     return Assembled(plan, digest, manifests, tuple(f"{plan.ref(t)}@{digest}" for t in tags),
-                     tuple(signed))
+                     tuple(signed), signed_by)
 
 
 def _signature_checks(repo: registry.Repository, digest: str,
@@ -203,13 +240,38 @@ def _signature_checks(repo: registry.Repository, digest: str,
     return tuple(signstore.checks(repo, digest, wanted)[0])
 
 
-def _key_named(wanted: SignPolicy, signer: SigningKey | None) -> str:
+def _key_named(wanted: SignPolicy, signer: Signer | None, pub: str | None) -> str:
     """The public key a platform image was asked to be signed by, as messages name it."""
     from ..image import cosign, signstore  # imported on use: a key is there to name
 
     if wanted.keyless:
         return "no key (keyless)"
-    if signer is not None:
-        return f"{cosign.key_id(signer.key.public_key())} ({signer.source})"
+    if signer is not None and pub is not None:
+        return f"{cosign.key_id(cosign.load_public_key(pub.encode()))} ({signer.source})"
     key, path = signstore.policy_key(wanted)
     return f"{cosign.key_id(key)} ({path or 'inline PEM'})"
+
+
+def _public_pem(signer: Signer | None) -> str | None:
+    """The public half of the signer's key (a KMS key's read through cosign); None for keyless
+    or no signer."""
+    if signer is None:
+        return None
+    if not isinstance(signer, cosigncli.Delegated):
+        return signer.public_pem().decode()
+    if signer.key is None:
+        return None
+    from ..image import cosign  # imported on use: the crypto, only to sign
+
+    pem = cosigncli.public_key_pem(signer)
+    try:
+        cosign.load_public_key(pem)
+    except cosign.KeyProblem as e:
+        raise InputError(f"cosign public-key --key {signer.key} gave no usable key",
+                         facts=[str(e), "nothing was written and no tag was moved"],
+                         hint="check the KMS key reference") from None
+    return pem.decode()
+
+
+def _who(identity) -> indexsign.Who | None:
+    return (identity.subject, identity.issuer) if identity is not None else None

@@ -84,7 +84,8 @@ def indexes(out: Output, done: list[Assembled]) -> None:
         kv(out.out, f"{a.plan.target}: index assembled", [
             ("manifests", "\n".join(f"{p}: {d}" for p, d in a.manifests)),
             ("pushed", "\n".join(a.pushed))]
-            + ([("signed", "\n".join(a.signed))] if a.signed else []))
+            + ([("signed", said_by(a.signed_by) + "".join(f"\n{t}" for t in a.signed))]
+               if a.signed_by else []))
 
 
 def pull(out: Output, o: PullOutcome) -> None:
