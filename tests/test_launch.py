@@ -566,3 +566,58 @@ def test_compose_read_only_validates(ws, table, plans, tmp_path):
     r = subprocess.run([*cmd, "--builtin-schema", "vendor.compose-spec", str(path)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- which nodes: the image's arch, or an index's archs -------------------------------------
+
+def test_node_archs_one_is_a_selector_several_an_affinity_none_nothing():
+    from imgbuild.plan.launch import node_archs
+
+    assert node_archs(()) == {}
+    assert node_archs(("linux/arm64",)) == {"nodeSelector": {"kubernetes.io/arch": "arm64"}}
+    got = node_archs(("linux/arm64", "linux/amd64", "linux/arm64"))
+    assert got == {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In",
+                                   "values": ["amd64", "arm64"]}]}]}}}}
+
+
+def test_k8s_pods_go_to_nodes_of_the_images_arch_and_a_multi_platform_target_names_its_index(
+        ws, tmp_path):
+    """`run --emit k8s`: a one-platform image's pods only onto nodes of its arch (an amd64 image
+    on a Grace node fails with "exec format error" after the pull); a multi-platform target's
+    pods name its index, onto nodes of any of its archs. compose runs on this host: its own
+    platform's image."""
+    from imgbuild.pipeline.run import run
+    from imgbuild.plan.index import make_index_plan
+
+    kv = _kv()
+    repo = "127.0.0.1:5000/acme/serving"
+
+    def emitted(target: str, kind: str = "k8s") -> tuple[dict, str]:
+        out = tmp_path / f"{target}-{kind}"
+        r = run(ws, target, registry_name=repo, emit=(kind, out))
+        [f] = [Path(f) for f in r.files if "deployment" in f or "compose" in f]
+        return yaml.safe_load(f.read_text()), f.read_text()
+
+    one, text = emitted("tiny-cpu")
+    _validate(kv, one)
+    pod = one["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"} and "affinity" not in pod
+    assert "linux/amd64 only: the pods go to nodes of that arch" in text
+    multi, text = emitted("tiny-cpu-multi")
+    _validate(kv, multi)
+    pod = multi["spec"]["template"]["spec"]
+    index = make_index_plan(ws, "tiny-cpu-multi", repository=repo, resolve=False)
+    assert pod["containers"][0]["image"] == index.ref()  # the multi-arch tag, not a platform's
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["amd64", "arm64"]
+    assert "nodeSelector" not in pod
+    assert f"{index.ref()} is a multi-platform index (linux/amd64, linux/arm64)" in text
+    compose, _ = emitted("tiny-cpu-multi", "compose")
+    [svc] = compose["services"].values()
+    from imgbuild.pipeline.run import host_platform
+
+    here = make_plan(ws, "tiny-cpu-multi", repository=repo, platform=host_platform(),
+                     resolve=False)
+    assert svc["image"] == here.ref()

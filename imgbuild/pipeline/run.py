@@ -195,6 +195,15 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
         return RunReport(target, plan.model, launch, "dry-run", fit)
     if emit is not None:
         kind, out_dir = emit
+        if kind == "k8s" and t.multi_platform:
+            # A cluster's nodes are of any of the target's archs: the pods name the index (the
+            # multi-arch tag), each node's runtime takes its own platform's image from it.
+            # (compose runs here: this host's platform image, as `run` starts.)
+            from ..plan.index import make_index_plan
+
+            ip = make_index_plan(ws, target, model=model, repository=plan.repository,
+                                 resolve=False)
+            launch = replace(launch, image=ip.ref(), image_digest=None, platforms=ip.platforms)
         policy = ws.registries.policy_for(plan.repository) if kind == "k8s" else None
         if admission is not None and kind == "k8s" and policy is None:
             # Asked for by name, an admission policy that is not written would read as one that

@@ -71,6 +71,11 @@ class Launch:
     startup_timeout_s: int = 1800
     multi_node: MultiNode | None = None
     image_digest: str | None = None  # sha256:... when known (pushed): compose and k8s pin it
+    # The OCI platforms `image` runs on (linux/ARCH): its own, or, for a multi-platform
+    # target's index, each of its images'. A cluster schedules the pod only onto nodes of these
+    # archs: an amd64 image on an arm64 node (a Grace Blackwell one) fails with "exec format
+    # error" after the pull. (): not known, no constraint.
+    platforms: tuple[str, ...] = ()
     model_size_gb: float | None = None  # the profile's weights: what a cache claim must hold
     root_only: str | None = None  # why the image runs as root only (its target's smoke.root_only)
     # What the image sets (HOME=/tmp/home ...: plan/labels.py RUN_ENV): where the caches resolve.
@@ -311,7 +316,8 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
         model=model, model_source=source, target=plan.target,
         tensor_parallel=(profile.tensor_parallel if profile and source != "smoke" else 1),
         startup_timeout_s=eng.startup_timeout_s, multi_node=eng.multi_node,
-        image_digest=digest, root_only=plan.root_only, image_env=RUN_ENV,
+        image_digest=digest, platforms=(plan.platform,), root_only=plan.root_only,
+        image_env=RUN_ENV,
         write_dirs=table.write_dirs(plan.engine),
         env_set_by=set_by)
 
@@ -550,7 +556,22 @@ def _pod_spec(launch: Launch, args: list[str], gpus: int, *, probes: bool,
                                   rdma=rdma, cache_dirs=caches)]}
     if vols:
         spec["volumes"] = vols
+    spec |= node_archs(launch.platforms)
     return spec
+
+
+def node_archs(platforms: tuple[str, ...]) -> dict[str, Any]:
+    """The pod spec's constraint to nodes that can run the image: one arch, a nodeSelector on
+    the well-known label kubernetes.io/arch; an index's several, a required node affinity
+    naming them; none known, nothing."""
+    archs = sorted({p.split("/")[1] for p in platforms if "/" in p})
+    if not archs:
+        return {}
+    if len(archs) == 1:
+        return {"nodeSelector": {"kubernetes.io/arch": archs[0]}}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": archs}]}]}}}}
 
 
 def _claim_name(launch: Launch, container_path: str) -> str:
@@ -674,6 +695,13 @@ def emit_k8s(launch: Launch, dir: Path, *, gpus_per_node: int,
                   "when it exists (kubectl create secret generic ... --from-literal=NAME=VALUE).\n")
     if not launch.image_digest:
         notes += "# The image is named by tag: pass the pushed image's digest to pin it.\n"
+    if len(launch.platforms) > 1:
+        notes += (f"# {launch.image} is a multi-platform index ({', '.join(launch.platforms)}): "
+                  "each node pulls its own\n# platform's image from it; the pods go to nodes of "
+                  "those archs only (kubernetes.io/arch).\n")
+    elif launch.platforms:
+        notes += (f"# The image is {launch.platforms[0]} only: the pods go to nodes of that arch "
+                  "(kubernetes.io/arch).\n")
     notes += _writes_note(launch)
     if cluster.gke:
         notes += ("# GKE: the node driver's libraries are mounted at /usr/local/nvidia/lib64 and "
