@@ -251,3 +251,71 @@ def test_the_interpreter_is_named_only_where_nothing_is_built(env):
     assert "--no-build" not in calls[1] and "--python" not in calls[1]
     assert [(p.name, p.version) for p in pinned.packages] == \
         [(p.name, p.version) for p in searched.packages]
+
+
+# --- which uv.toml files uv reads, and the store's own decisions (no uv) --------------------
+
+def test_the_uv_config_files_uv_reads(tmp_path):
+    home = tmp_path / "home"
+    files = checkcache._uv_config_files
+    assert files({"UV_NO_CONFIG": "1", "UV_CONFIG_FILE": "/x.toml"}) == []
+    assert files({"UV_CONFIG_FILE": "/x.toml", "HOME": str(home)}) == [Path("/x.toml")]
+    assert files({"HOME": str(home)}) == [home / ".config" / "uv" / "uv.toml",
+                                          Path("/etc/xdg/uv/uv.toml"), Path("/etc/uv/uv.toml")]
+    assert files({"HOME": str(home), "XDG_CONFIG_HOME": "/c", "XDG_CONFIG_DIRS": "/a::/b"}) == [
+        Path("/c/uv/uv.toml"), Path("/a/uv/uv.toml"), Path("/b/uv/uv.toml"),
+        Path("/etc/uv/uv.toml")]
+    assert files({})[0] == Path.home() / ".config" / "uv" / "uv.toml"  # no HOME: the user's
+
+
+def test_uv_config_named_by_uv_config_file_is_read_and_uv_no_config_reads_none(tmp_path):
+    cfg = tmp_path / "ci.toml"
+    cfg.write_text('exclude-newer = "2026-01-01"\n')
+    got = checkcache.uv_settings({"UV_CONFIG_FILE": str(cfg)})
+    assert (f"file:{cfg}", 'exclude-newer = "2026-01-01"\n') in got
+    assert ("UV_CONFIG_FILE", str(cfg)) in got
+    assert not [k for k, _ in checkcache.uv_settings({"UV_NO_CONFIG": "1", "UV_CONFIG_FILE":
+                                                      str(cfg)}) if k.startswith("file:")]
+
+
+def test_a_mirror_url_is_kept_without_its_credentials():
+    assert checkcache.clean_url(None) is None
+    assert checkcache.clean_url("https://u:secret@mirror.example/simple/") == \
+        "https://mirror.example/simple/"
+
+
+def test_the_key_is_canonical_json(monkeypatch):
+    import hashlib
+    import json
+
+    doc = json.dumps(dataclasses.asdict(BASE), sort_keys=True, separators=(",", ":"))
+    assert check_key(BASE) == hashlib.sha256(doc.encode()).hexdigest()
+
+
+def test_stored_answers_are_read_back_only_when_whole_and_this_checks(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(checkcache, "cache_root", lambda: tmp_path)
+    assert checkcache.cache_dir() == tmp_path / "override-checks"
+    answer = {"requirement": "a==1", "needed": True, "effect": "b 2 -> 1"}
+    checkcache.store("k", answer)
+    path = tmp_path / "override-checks" / "k.json"
+    text = path.read_text()
+    assert text == json.dumps({"format": checkcache.CHECK_FORMAT, **answer},
+                              sort_keys=True) + "\n"
+    assert checkcache.load("k", "a==1") == answer
+    assert checkcache.load("k", "other==1") is None  # another check's answer
+    assert checkcache.load("missing", "a==1") is None
+    for bad in ([answer], {**answer, "format": checkcache.CHECK_FORMAT + 1},
+                {**answer, "format": checkcache.CHECK_FORMAT, "needed": "yes"},
+                {**answer, "format": checkcache.CHECK_FORMAT, "effect": 3},
+                {"format": checkcache.CHECK_FORMAT, "needed": True, "effect": "x"}):
+        path.write_text(json.dumps(bad))
+        assert checkcache.load("k", "a==1") is None, bad
+    path.write_text("{torn")
+    assert checkcache.load("k", "a==1") is None
+    # A cache directory that cannot be written costs only the answer.
+    monkeypatch.setattr(checkcache, "cache_root", lambda: tmp_path / "file")
+    (tmp_path / "file").write_text("not a directory")
+    checkcache.store("k", answer)  # no error
+
