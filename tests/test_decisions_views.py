@@ -99,3 +99,35 @@ def test_a_pulls_smoke_row_says_what_the_report_says(capsys, plan, report, said)
                                      (1_234_000_000, "1.23 GB"), (0, "0.0 MB")])
 def test_sizes_switch_to_gigabytes_at_a_tenth_of_one(n, said):
     assert image_views._gb(n) == said
+
+
+# ------------------------------------------------------------------------------------------------
+# --version and init's report
+# ------------------------------------------------------------------------------------------------
+
+
+def test_version_names_the_catalog_it_carries_or_says_to_reinstall(capsys):
+    info = {"version": "1.2.3", "catalog": {"digest": "sha256:" + "0123456789abcdef" * 4,
+                                            "targets": 9, "model_profiles": 4}}
+    project_views.version(make_output(False), info)
+    assert capsys.readouterr().out == ("imgbuild 1.2.3 (built-in catalog sha256:0123456789abcdef…"
+                                       ", 9 targets, 4 model profiles)\n")
+    project_views.version(make_output(False), {"version": "1.2.3", "catalog": None})
+    assert capsys.readouterr().out == "imgbuild 1.2.3 (no built-in catalog: reinstall imgbuild)\n"
+    project_views.version(make_output(True), info)
+    assert json.loads(capsys.readouterr().out) == info
+
+
+def test_init_says_what_it_wrote_and_the_numbered_next_steps(capsys, tmp_path):
+    w = Written(tmp_path, ("imgbuild.yaml", "images/my-tiny.yaml"), spec(tmp_path))
+    project_views.init(make_output(False), w, tmp_path)
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote an imgbuild project in {tmp_path}:", "  imgbuild.yaml", "  images/my-tiny.yaml",
+        "next:", "  1. imgbuild lock my-tiny", "  2. imgbuild plan my-tiny",
+        "  3. git add . && git commit (the locks too: CI builds what is committed)"]
+    project_views.init(make_output(True), w, tmp_path)
+    assert json.loads(capsys.readouterr().out) == {
+        "root": str(tmp_path), "written": ["imgbuild.yaml", "images/my-tiny.yaml"],
+        "target": "my-tiny", "extends": "tiny-cpu", "model": "my-model",
+        "checkpoint": "org/model", "placeholder": False,
+        "next": project_views.next_steps(w, tmp_path)}
