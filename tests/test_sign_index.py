@@ -276,14 +276,18 @@ def test_run_refuses_an_unsigned_index_until_imgbuild_index_signs_it(repo, key, 
            f"{' '.join(HTTP)} {repo.name}@{digest}" in said
 
 
+def signed_by_another_only(repo: Repository, digest: str, other: cosign.SigningKey) -> None:
+    """The image re-signed by someone else only: its own signature by the key removed."""
+    repo.api.request("DELETE", f"{repo.path}/manifests/"
+                     f"{registry.manifest_digest(repo, cosign.sig_tag(digest))}",
+                     scope=repo.scope("pull", "push"))
+    signstore.sign(repo, digest, other, {})
+
+
 def test_index_refuses_to_sign_over_a_platform_image_another_key_signed(repo, key, other):
     images = push_platforms(repo, key)
     arm = images["linux/arm64"]
-    # The arm64 image re-signed by someone else only: its own signature by the key removed.
-    repo.api.request("DELETE", f"{repo.path}/manifests/"
-                     f"{registry.manifest_digest(repo, cosign.sig_tag(arm))}",
-                     scope=repo.scope("pull", "push"))
-    signstore.sign(repo, arm, other, {})
+    signed_by_another_only(repo, arm, other)
     plan = index_plan(repo)
     r = imgbuild("index", MULTI, "--registry", repo.name, "--sign-key", str(KEYS / "cosign.key"))
     said = " ".join(r.stderr.split())
@@ -367,10 +371,7 @@ def test_an_index_signed_with_a_kms_key_through_cosign(repo, key, other, shim):
 
     images = push_platforms(repo, key)
     arm = images["linux/arm64"]
-    repo.api.request("DELETE", f"{repo.path}/manifests/"
-                     f"{registry.manifest_digest(repo, cosign.sig_tag(arm))}",
-                     scope=repo.scope("pull", "push"))
-    signstore.sign(repo, arm, other, {})
+    signed_by_another_only(repo, arm, other)
     r = imgbuild("index", MULTI, "--registry", repo.name, "--sign-key", KMS)
     said = " ".join(r.stderr.split())
     assert r.returncode == 1, said
