@@ -139,9 +139,10 @@ def assemble(plan: IndexPlan, repo: registry.Repository, *, signer: Signer | Non
         how = "keyless" if same_identity or (wanted is not None and wanted.keyless) else "KEY"
         alike = "in the same workflow" if how == "keyless" else "with the same key"
         sign = (f"sign each platform's image {alike}: build it here (`imgbuild {plan.target} "
-                f"--platform PLATFORM --push --rebuild --sign-key {how} --registry {repo.name}`; an image only pulled back is not signed), or "
-                f"`cosign sign {'' if how == 'keyless' else '--key KEY '}REPO@DIGEST` and "
-                "`cosign attest` its SBOM and provenance")
+                f"--platform PLATFORM --push --rebuild --sign-key {how} --registry "
+                f"{repo.name}`; an image only pulled back is not signed), or `cosign sign "
+                f"{'' if how == 'keyless' else '--key KEY '}REPO@DIGEST` and `cosign attest` "
+                "its SBOM and provenance")
         only_unsigned = len(unsigned) == len(problems)
         if unsigned and wanted is not None:
             problems.append(indexsign.asked_of_platforms(wanted, _key_named(wanted, signer,
