@@ -10,7 +10,8 @@ from imgbuild.catalog.archs import gpu_named, parse_arch
 from imgbuild.cli.console import make_output
 from imgbuild.cli.views import fit as fit_views
 from imgbuild.errors import InputError
-from imgbuild.plan.fit import FitReport, TargetFit
+from imgbuild.payload.preflight import Gpu, Host
+from imgbuild.plan.fit import FitReport, TargetFit, describe_host
 
 from .conftest import checkout_workspace
 
@@ -145,3 +146,51 @@ def test_a_gpu_name_is_matched_whole_after_the_vendor_words(cat):
     assert gpu_named("NVIDIA GeForce RTX 4090", cat).sm == "sm89"
     assert gpu_named("sm100", cat) is None and gpu_named("10.0", cat) is None
     assert gpu_named("GeForce", cat) is None  # the vendor word alone names nothing
+
+
+# -- the host in one line, and the report's document ------------------------------------------
+
+def _gpu(i: int, name: str = "NVIDIA B200", cap: str | None = "10.0",
+         mib: int | None = 183359) -> Gpu:
+    return Gpu(i, f"GPU-{i}", name, cap, "nvidia-smi", mib, 0)
+
+
+def test_the_host_in_one_line_groups_like_gpus():
+    h = Host(gpus=(_gpu(0), _gpu(1), _gpu(2, "NVIDIA GB10", "12.1", None)), driver="580.65.06",
+             cpu_arch="aarch64")
+    assert describe_host(h) == ("2x NVIDIA B200 (sm100, 179.1 GiB), 1x NVIDIA GB10 (sm121, "
+                                "memory [N/A]), driver 580.65.06, CPU aarch64")
+    odd = Host(gpus=(_gpu(0, "Mystery", None),))
+    assert describe_host(odd) == ("1x Mystery (capability unknown, 179.1 GiB), driver unknown, "
+                                  "CPU unknown (`uname -m` did not answer)")
+    assert describe_host(Host(error="nvidia-smi: not found", cpu_arch="x86_64")) == \
+        "no NVIDIA GPU visible: nvidia-smi: not found, CPU x86_64"
+    assert describe_host(Host(cpu_arch="x86_64")) == \
+        "no NVIDIA GPU visible: nvidia-smi lists no device, CPU x86_64"
+
+
+def test_a_rows_document_carries_every_field():
+    r = TargetFit("t", "linux/arm64", "k2.6", True, ("first", "second"), blocked=("disk",),
+                  rank=(1, "a"), failed=("x",), candidate=False)
+    assert r.to_dict() == {
+        "target": "t", "platform": "linux/arm64", "model": "k2.6", "fits": True,
+        "ready": False, "reasons": ["first", "second"], "blocked": ["disk"], "failed": ["x"],
+        "candidate": False, "rank": [1, "a"], "facts": None, "verdicts": []}
+    assert _fit("u").to_dict()["rank"] is None and _fit("u").to_dict()["ready"] is True
+
+
+def test_the_reports_document_names_the_chosen_row_and_the_refusal():
+    host = Host(gpus=(_gpu(0),), driver="580.65.06", cpu_arch="x86_64")
+    ok = FitReport(host, "k2.6", (_fit("a", platform="linux/arm64"), _fit("b", fits=False)),
+                   others=(_fit("c", fits=False),))
+    d = ok.to_dict()
+    assert d["ok"] is True and d["model"] == "k2.6" and d["refusal"] is None
+    assert (d["chosen"], d["chosen_platform"]) == ("a", "linux/arm64")
+    assert d["host"] == "1x NVIDIA B200 (sm100, 179.1 GiB), driver 580.65.06, CPU x86_64"
+    assert [x["target"] for x in d["rows"]] == ["a", "b"]
+    assert [x["target"] for x in d["others"]] == ["c"]
+    none = FitReport(host, None, (_fit("b", fits=False, short=("sm90 code",)),))
+    d = none.to_dict()
+    assert d["ok"] is False and d["chosen"] is None and d["chosen_platform"] is None
+    assert d["refusal"]["message"] == "no target fits this host"
+    assert "b: sm90 code" in d["refusal"]["facts"]
