@@ -145,3 +145,54 @@ def test_the_recorded_layout_walks_from_the_image_id_to_its_manifest():
     assert got.manifest_digest == MANIFEST and got.docs[0][0] == IMAGE_ID
     assert all(exported.digest_of(data) == d for d, data in got.docs)
     assert len(got.layers) == len(json.loads(got.config)["rootfs"]["diff_ids"])
+
+
+def _short(d: str) -> str:
+    return d[:19] + "…"
+
+
+def test_each_broken_layout_is_named_with_the_document_at_fault():
+    lay = Layout()
+
+    def refused(root: str, blobs=None) -> str:
+        with pytest.raises(exported.LayoutError) as e:
+            exported.resolve(root, (blobs or lay.blobs).get, "linux/amd64")
+        return str(e.value)
+
+    missing = sha(b"nothing")
+    assert refused(missing) == f"document {_short(missing)} is not in the layout"
+    lie = dict(lay.blobs)
+    m = lay.image()
+    lie[m] = lay.blobs[m] + b" "
+    assert refused(m, lie) == f"document {_short(m)} does not hash to its name"
+    odd = lay.put({"schemaVersion": 2})
+    assert refused(odd) == f"document {_short(odd)} is neither an index nor an image manifest"
+    assert refused(lay.index()) == "the image holds no linux/amd64 manifest (it has: none)"
+    # The config: absent, not its digest, not an image config.
+    doc = json.loads(lay.blobs[m])
+    cfg = doc["config"]["digest"]
+    gone = {k: v for k, v in lay.blobs.items() if k != cfg}
+    assert refused(m, gone) == f"the config {_short(cfg)} is not in the layout"
+    swapped = dict(lay.blobs, **{cfg: b"{}"})
+    assert refused(m, swapped) == f"the config {_short(cfg)} does not hash to its name"
+    plain = b'{"architecture": "amd64"}'
+    not_image = lay.put(plain)
+    bad = lay.put({**doc, "config": {**doc["config"], "digest": not_image, "size": len(plain)}})
+    assert refused(bad) == f"the config {_short(not_image)} is not an image config"
+    # As many diff ids as layers.
+    short = lay.put({**doc, "layers": doc["layers"][:1]})
+    assert refused(short) == f"the manifest {_short(short)} has 1 layers, its config 2 diff ids"
+
+
+def test_media_types_and_sizes_a_manifest_leaves_out_take_their_defaults():
+    lay = Layout()
+    m = lay.image()
+    doc = json.loads(lay.blobs[m])
+    del doc["config"]["mediaType"], doc["config"]["size"]
+    for la in doc["layers"]:
+        del la["mediaType"]
+    bare = lay.put(doc)
+    got = exported.resolve(bare, lay.blobs.get, "linux/amd64")
+    assert got.config_media_type == "application/vnd.oci.image.config.v1+json"
+    assert [la.media_type for la in got.layers] == ["", ""]
+    assert got.config == lay.blobs[doc["config"]["digest"]]  # no size: the digest decides
