@@ -388,6 +388,83 @@ def test_index_passes_the_opened_key_to_assemble(monkeypatch, how):
     assert got[0]["signer"] is None and got[0]["commit"] is None
 
 
+def test_the_index_command_passes_the_registrys_policy_the_commit_and_the_pinned_plans(
+        monkeypatch, capsys, tmp_path):
+    """A project whose registry has a signed-by policy: the policy reaches the key check and
+    assemble; the commit is read only when signing; the plans are the committed locks' (CI
+    assembles what the repository pins: resolve=False); each target once; the report printed."""
+    from imgbuild.cli.commands import index as index_cmd
+    from imgbuild.cli.main import main
+
+    proj = tmp_path / "p"
+    (proj / "images").mkdir(parents=True)
+    (proj / "imgbuild.yaml").write_text("# a project\n")
+    repo = "127.0.0.1:5000/acme/x"
+    (proj / "images" / "registries.yaml").write_text(
+        f"registries:\n  - match: {repo}\n    signed-by: {{key: {KEYS / 'cosign.pub'}}}\n")
+    monkeypatch.chdir(proj)
+    for var in ("IMGBUILD_IMAGES", "IMGBUILD_LOCKFILES", "IMGBUILD_SIGN_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    got: list[dict] = []
+    plans: list[tuple] = []
+    real_plan = index_cmd.make_index_plan
+
+    def make_index_plan(ws, target, **kw):
+        plans.append((target, kw))
+        return real_plan(ws, target, **kw)
+
+    def stand_in(plan, r, **kw):
+        got.append(kw | {"repo": r.name})
+        return pindex.Assembled(plan, INDEX, MANIFESTS, (f"{r.name}:x@{INDEX}",))
+
+    pinged: list[str] = []
+    monkeypatch.setattr(index_cmd, "make_index_plan", make_index_plan)
+    monkeypatch.setattr(index_cmd, "assemble", stand_in)
+    monkeypatch.setattr(index_cmd.registry, "check_reachable", lambda r: pinged.append(r.name))
+    monkeypatch.setattr(index_cmd.attest, "git_commit", lambda images: "c0ffee")
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD.decode())
+    assert main(["index", "--all", "--registry", repo, "--sign-key",
+                 str(KEYS / "cosign.key")]) == 0
+    [kw] = got
+    assert kw["repo"] == repo and pinged == [repo]
+    assert kw["policy"] is not None and kw["policy"].key is not None
+    assert kw["commit"] == "c0ffee" and kw["signer"] is not None
+    assert plans == [("tiny-cpu-multi", {"model": None, "repository": repo, "resolve": False})]
+    said = capsys.readouterr().out
+    assert "tiny-cpu-multi: index assembled" in said and f"{repo}:x@{INDEX}" in said
+    # No key: no commit read.
+    got.clear()
+    plans.clear()
+    monkeypatch.setattr(index_cmd.attest, "git_commit", lambda images: pytest.fail("read"))
+    assert main(["index", "tiny-cpu-multi", "--registry", repo, "--json"]) == 0
+    assert got[0]["commit"] is None and got[0]["signer"] is None
+    assert json.loads(capsys.readouterr().out)["indexes"][0]["digest"] == INDEX
+
+
+@pytest.mark.parametrize("argv, message, fact_or_hint", [
+    (["index"], "name the targets whose index to assemble, or --all",
+     "multi-platform targets: tiny-cpu-multi"),
+    (["index", "tiny-cpu"], "target 'tiny-cpu' names one platform: its image is its own tag",
+     "an index is assembled for targets with several `platforms:`"),
+])
+def test_the_index_command_refuses_what_has_no_index(monkeypatch, capsys, argv, message,
+                                                      fact_or_hint):
+    from imgbuild.cli.commands import index as index_cmd
+    from imgbuild.cli.main import main
+
+    monkeypatch.setattr(index_cmd, "assemble", lambda *a, **k: pytest.fail("assembled"))
+    assert main([*argv, "--registry", "127.0.0.1:5000/acme/x"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {message}" in err and fact_or_hint in err
+
+
+def test_the_index_command_needs_a_registry_host(monkeypatch, capsys):
+    from imgbuild.cli.main import main
+
+    assert main(["index", "tiny-cpu-multi", "--registry", "acme/x"]) == 2
+    assert "--push needs a registry" in capsys.readouterr().err
+
+
 def test_a_key_that_cannot_sign_is_exit_2_before_the_registry_is_asked(monkeypatch, capsys):
     from imgbuild.cli.commands import index as index_cmd
     from imgbuild.cli.main import main
