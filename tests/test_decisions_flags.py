@@ -345,3 +345,56 @@ def test_report_refuses_before_collecting(monkeypatch, capsys, argv, said):
     assert main(argv) == 2
     got = capsys.readouterr()
     assert said in got.err + got.out  # with --json, the error is the JSON document
+
+
+# --- the stage's answer reaches the view and the exit code -----------------------------------
+
+def test_check_deps_asks_for_the_check_and_exits_by_its_findings(monkeypatch, capsys):
+    from imgbuild.cli.commands import check_deps as cd_cmd
+    from imgbuild.pipeline.plan import PlanReport
+    from imgbuild.plan.decide import make_plan
+
+    asked: list[tuple] = []
+
+    class Finding:
+        def to_dict(self) -> dict:
+            return {"symbol": "gone"}
+
+    def plan_target(ws, target, **kw):
+        asked.append((target, kw))
+        plan = make_plan(ws, "tiny-cpu", resolve=False)
+        return PlanReport(plan, (Finding(),) if kw.get("model") == "bad" else ())
+
+    monkeypatch.setattr(cd_cmd, "plan_target", plan_target)
+    assert main(["check-deps", "tiny-cpu"]) == 0
+    assert asked == [("tiny-cpu", {"model": None, "checks": True})]
+    assert capsys.readouterr().out.startswith("ok: tiny-cpu (")
+    assert main(["check-deps", "tiny-cpu", "--model", "bad", "--json"]) == 1
+    assert asked[-1] == ("tiny-cpu", {"model": "bad", "checks": True})
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["findings"] == [{"symbol": "gone"}]
+
+
+def test_base_reports_what_the_stage_made_and_exits_0(monkeypatch, capsys):
+    import json
+
+    from imgbuild.image import base as base_stage
+    from imgbuild.image import digests
+
+    res = base_stage.BaseResult(image="imgbuild-base:bookworm", image_id="sha256:1", built=True,
+                                seconds=12.34, size_bytes=100, rootfs="sha256:2", pushed=())
+    monkeypatch.setattr(base_stage, "bootstrap_base", lambda ws, name, **kw: res)
+    assert main(["base", "bootstrap", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "image": "imgbuild-base:bookworm", "image_id": "sha256:1", "built": True,
+        "seconds": 12.3, "size_bytes": 100, "rootfs": "sha256:2", "pushed": []}
+    assert main(["base", "bootstrap"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "base debian-bookworm"
+    monkeypatch.setattr(digests, "refresh_catalog", lambda ws, mirror: {"a:1": "sha256:3",
+                                                                       "b:2": None})
+    assert main(["base", "refresh-digests", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"digests": {"a:1": "sha256:3", "b:2": None}}
+    assert main(["base", "refresh-digests"]) == 0
+    assert "tag not found" in capsys.readouterr().out
