@@ -85,6 +85,43 @@ def test_doctor_host_is_the_environment_when_no_daemon_answers(capsys, no_daemon
     assert code == 3
 
 
+def test_doctor_refusals_say_the_way_out(capsys, tmp_path):
+    _, doc = err_json(capsys, "doctor", "--host", str(tmp_path / "x.log"))
+    assert doc["hint"] == ("run `imgbuild doctor LOGFILE` and `imgbuild doctor --host` one "
+                           "after the other")
+    _, doc = err_json(capsys, "doctor")
+    assert doc["message"] == "doctor needs a LOGFILE (or - for stdin), or --host"
+    assert doc["hint"] == ("`imgbuild doctor server.log` reads a log; `imgbuild doctor --host` "
+                           "says what imgbuild does with this machine's Docker Engine")
+
+
+def test_doctor_reads_the_log_as_the_engine_named(capsys):
+    log = str(CORPUS / "vllm-19853-no-scheme.log")
+    code, doc = err_json(capsys, "doctor", log, "--engine", "sglang")
+    assert doc["engine"]["name"] == "sglang"  # as named, not as the log says
+    assert "--engine sglang" in json.dumps(doc["engine"])
+    code, doc = err_json(capsys, "doctor", log)
+    assert doc["engine"]["name"] == "vllm"
+
+
+def test_doctor_host_shows_the_engines_facts_and_exits_by_its_decision(capsys, monkeypatch):
+    from imgbuild.cli.commands import doctor as doctor_cmd
+    from imgbuild.image import engine
+
+    facts, shown = object(), []
+
+    class Use:
+        exit_code = 3
+
+    use = Use()
+    monkeypatch.setattr(engine, "read_facts", lambda: facts)
+    monkeypatch.setattr(engine, "decide", lambda f: use if f is facts else None)
+    monkeypatch.setattr(doctor_cmd.views, "doctor_host",
+                        lambda out, f, u: shown.append((out.json, f, u)))
+    assert main(["doctor", "--host", "--json"]) == 3
+    assert shown == [(True, facts, use)]
+
+
 # command: report
 
 def test_report_needs_a_page_or_json_and_a_named_directory(capsys):
