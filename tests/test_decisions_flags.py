@@ -398,3 +398,27 @@ def test_base_reports_what_the_stage_made_and_exits_0(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out) == {"digests": {"a:1": "sha256:3", "b:2": None}}
     assert main(["base", "refresh-digests"]) == 0
     assert "tag not found" in capsys.readouterr().out
+
+
+def test_matrix_passes_its_flags_and_shows_the_document_in_the_format_asked(monkeypatch, capsys):
+    import json
+
+    from imgbuild.cli.commands import matrix as matrix_cmd
+
+    asked: list[tuple] = []
+
+    def document(ws, fmt, **kw):
+        asked.append((fmt, kw))
+        return {"include": [{"target": "tiny-cpu"}]}
+
+    monkeypatch.setattr(matrix_cmd, "document", document)
+    assert main(["matrix"]) == 0
+    assert asked[-1] == ("json", {"changed_since": None, "repository": "imgbuild",
+                                  "contexts": None})
+    assert json.loads(capsys.readouterr().out) == {"include": [{"target": "tiny-cpu"}]}
+    assert main(["matrix", "--format", "github", "--changed-since", "HEAD~1", "--registry",
+                 "127.0.0.1:5000/acme/x", "--contexts", "ctx"]) == 0
+    assert asked[-1] == ("github", {"changed_since": "HEAD~1",
+                                    "repository": "127.0.0.1:5000/acme/x",
+                                    "contexts": Path("ctx")})
+    assert capsys.readouterr().out.count("\n") == 1  # github: one line, for GITHUB_OUTPUT
