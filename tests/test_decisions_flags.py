@@ -422,3 +422,60 @@ def test_matrix_passes_its_flags_and_shows_the_document_in_the_format_asked(monk
                                     "repository": "127.0.0.1:5000/acme/x",
                                     "contexts": Path("ctx")})
     assert capsys.readouterr().out.count("\n") == 1  # github: one line, for GITHUB_OUTPUT
+
+
+def test_patches_lists_or_checks_as_asked_and_exits_1_on_a_failure(monkeypatch, capsys):
+    from imgbuild.checks import patches
+    from imgbuild.cli.commands import patches as patches_cmd
+
+    called: list[tuple] = []
+
+    class Report:
+        def __init__(self, failed: bool):
+            self.failed = failed
+
+    failing = {"value": False}
+
+    def stand_in(kind):
+        def f(ws, target):
+            called.append((kind, target))
+            return Report(failing["value"])
+        return f
+
+    monkeypatch.setattr(patches, "listing", stand_in("listing"))
+    monkeypatch.setattr(patches, "check", stand_in("check"))
+    monkeypatch.setattr(patches_cmd.views, "patches", lambda out, report: None)
+    assert main(["patches", "sglang-blackwell"]) == 0
+    assert main(["patches", "sglang-blackwell", "--check"]) == 0
+    assert called == [("listing", "sglang-blackwell"), ("check", "sglang-blackwell")]
+    failing["value"] = True
+    assert main(["patches", "sglang-blackwell", "--check"]) == 1  # exit 1: a job failed
+
+
+def test_init_passes_its_flags_to_the_project_plan(monkeypatch, tmp_path):
+    from imgbuild.cli.commands import init as init_cmd
+    from imgbuild.cli.parser import COMMANDS
+
+    (builtin, where), kw = reach(monkeypatch, init_cmd, "plan_project",
+                                 ["init", str(tmp_path / "p"), "--extends", "tiny-cpu",
+                                  "--name", "mine", "--model", "org/m", "--tp", "4",
+                                  "--size-gb", "12.5"])
+    assert where == tmp_path / "p" and builtin is not None
+    assert kw == {"extends": "tiny-cpu", "name": "mine", "model": "org/m", "tensor_parallel": 4,
+                  "size_gb": 12.5, "reserved": frozenset(COMMANDS)}
+    (_, where), kw = reach(monkeypatch, init_cmd, "plan_project", ["init"])
+    assert where == Path(".") and kw["extends"] == "sglang-blackwell"
+    assert (kw["name"], kw["model"], kw["tensor_parallel"], kw["size_gb"]) == (None, None, 1,
+                                                                               None)
+
+
+def test_init_without_a_built_in_catalog_says_to_reinstall(monkeypatch, capsys):
+    import json
+
+    from imgbuild.cli.commands import init as init_cmd
+
+    monkeypatch.setattr(init_cmd, "builtin_catalog", lambda: None)
+    assert main(["init", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["message"] == "imgbuild has no built-in catalog to extend"
+    assert doc["hint"] == "reinstall imgbuild from its wheel"
