@@ -479,3 +479,48 @@ def test_init_without_a_built_in_catalog_says_to_reinstall(monkeypatch, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["message"] == "imgbuild has no built-in catalog to extend"
     assert doc["hint"] == "reinstall imgbuild from its wheel"
+
+
+def test_check_model_with_an_image_asks_its_engine_about_the_local_checkpoint(monkeypatch,
+                                                                            capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from imgbuild.checks.checkmodel.report import Report
+    from imgbuild.cli.commands import check_model as cm_cmd
+    from imgbuild.image import schemes
+
+    asked, shown = [], []
+    report = Report("m", "tiny-cpu", None, SimpleNamespace(config_path=str(tmp_path / "c.json")),
+                    ())
+    monkeypatch.setattr(cm_cmd, "check_model", lambda ws, model, target, fix: report)
+    monkeypatch.setattr(schemes, "image_engine", lambda image: (None, None, None, "tiny-cpu"))
+    monkeypatch.setattr(schemes, "probe", lambda image, d: asked.append((image, d)) or {"ok": 1})
+    monkeypatch.setattr(cm_cmd.views, "check_model", lambda out, r: shown.append(r))
+    main(["check-model", "m", "--image", "img:1"])
+    assert asked == [("img:1", tmp_path)]  # the checkpoint's directory, mounted in the image
+    [r] = shown
+    assert r.in_image == {"ok": 1} and r.image == "img:1" and r.source == "m"
+    # Without --image, no image is asked anything and the report is shown as it is.
+    shown.clear()
+    main(["check-model", "m", "--target", "tiny-cpu"])
+    assert shown == [report] and shown[0].in_image is None and len(asked) == 1
+    # A hub id with --image: there is no local config.json to mount.
+    monkeypatch.setattr(cm_cmd, "check_model", lambda ws, model, target, fix: Report(
+        "org/m", "tiny-cpu", None, SimpleNamespace(config_path=None), ()))
+    assert main(["check-model", "org/m", "--image", "img:1", "--json"]) == 2
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["message"] == ("--image needs the checkpoint on this machine: org/m is not a "
+                              "local directory")
+    assert doc["hint"] == ("download its config.json and model.safetensors.index.json (no "
+                           "weights) and pass that directory")
+
+
+def test_check_model_refusal_without_a_target_says_how(capsys):
+    import json
+
+    assert main(["check-model", "m", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["message"] == "check-model needs the target whose engine to check against"
+    assert doc["hint"] == "pass --target TARGET (or --image IMAGE of an imgbuild image)"
