@@ -99,7 +99,7 @@ def test_an_assembled_index_says_what_it_lists_and_pushed():
     assert a.to_dict() == {
         "target": "tiny-cpu-multi", "content_tag": ix.content_tag, "refs": list(ix.refs),
         "digest": digest, "manifests": {"linux/amd64": "sha256:a", "linux/arm64": "sha256:b"},
-        "pushed": [f"{ix.ref()}@{digest}"], "signed": []}
+        "pushed": [f"{ix.ref()}@{digest}"], "signed": [], "signed_by": None}
 
 
 # --- which platform's image a pull takes -----------------------------------------------------

@@ -45,6 +45,7 @@ from ..plan.imagepolicy import (
     trust_root_note,
     trust_root_resource,
 )
+from ..plan.index import make_index_plan
 from ..plan.launch import (
     Cluster,
     Launch,
@@ -199,8 +200,6 @@ def run(ws: Workspace, subject: str, *, model: str | None = None,
             # A cluster's nodes are of any of the target's archs: the pods name the index (the
             # multi-arch tag), each node's runtime takes its own platform's image from it.
             # (compose runs here: this host's platform image, as `run` starts.)
-            from ..plan.index import make_index_plan
-
             ip = make_index_plan(ws, target, model=model, repository=plan.repository,
                                  resolve=False)
             launch = replace(launch, image=ip.ref(), image_digest=None, platforms=ip.platforms)
