@@ -524,3 +524,49 @@ def test_check_model_refusal_without_a_target_says_how(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["message"] == "check-model needs the target whose engine to check against"
     assert doc["hint"] == "pass --target TARGET (or --image IMAGE of an imgbuild image)"
+
+
+@pytest.mark.parametrize("ok, code", [(True, 0), (False, 1)])
+def test_smoke_shows_the_report_of_the_image_named_and_exits_by_it(monkeypatch, capsys,
+                                                                  daemon_answers, ok, code):
+    from imgbuild.image import smoke
+
+    rep = smoke.SmokeReport("img:1", ok, ({"name": "import", "status": "pass",
+                                           "duration_s": 1.5},), 1.5, {})
+    monkeypatch.setattr(smoke, "run", lambda image, gpu: rep)
+    assert main(["smoke", "img:1"]) == code
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == f"smoke img:1: {'passed' if ok else 'FAILED'}"
+    assert said[2].split() == ["import", "pass", "1.50"]
+
+
+def test_size_shows_the_top_packages_asked_for(monkeypatch, capsys, daemon_answers):
+    from imgbuild.image import sizes
+
+    rep = sizes.SizeReport("img:1", 3_000_000, 3, (("RUN pip install", 3_000_000),),
+                           (("python", 3_000_000),),
+                           tuple((f"pkg{i}", 1_000_000 - i) for i in range(3)), {}, ())
+    monkeypatch.setattr(sizes, "measure", lambda image: rep)
+    assert main(["size", "img:1", "--top", "2"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("img:1: 3.0 MB in 3 files")
+    assert "by package (top 2)" in said and "pkg1" in said and "pkg2" not in said
+
+
+def test_version_names_the_built_in_catalog_it_carries(monkeypatch, capsys):
+    import json
+
+    from imgbuild.cli.commands import version as version_cmd
+    from imgbuild.workspace import builtin_catalog
+
+    b = builtin_catalog()
+    assert main(["version", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["catalog"]["path"] == str(b.images.parent)
+    assert doc["catalog"]["images"] == str(b.images)
+    assert doc["catalog"]["lockfiles"] == str(b.lockfiles)
+    assert doc["catalog"]["packaged"] is b.packaged
+    assert doc["catalog"]["digest"] == b.digest()
+    monkeypatch.setattr(version_cmd, "builtin_catalog", lambda: None)
+    assert main(["version", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["catalog"] is None
