@@ -135,21 +135,42 @@ def test_report_needs_a_page_or_json_and_a_named_directory(capsys):
 
 # command: run
 
-@pytest.mark.parametrize("argv, said", [
-    (["--emit", "yaml", "out"], "--emit yaml: not a format imgbuild writes"),
-    (["--port", "0"], "--port 0: not a TCP port"),
-    (["--port", "65536"], "--port 65536: not a TCP port"),
-    (["--timeout", "0"], "--timeout 0.0: not a duration"),
-    (["--timeout", "-5"], "--timeout -5.0: not a duration"),
+CLUSTER_FLAGS = ("--gke, --rdma, --rdma-resource and --nccl-* describe a Kubernetes cluster: "
+                 "they go with --emit k8s DIR")
+
+
+@pytest.mark.parametrize("argv, said, hint", [
+    (["--emit", "yaml", "out"], "--emit yaml: not a format imgbuild writes",
+     "--emit compose DIR, or --emit k8s DIR"),
+    (["--port", "0"], "--port 0: not a TCP port", "a number from 1 to 65535"),
+    (["--port", "65536"], "--port 65536: not a TCP port", "a number from 1 to 65535"),
+    (["--timeout", "0"], "--timeout 0.0: not a duration", "seconds, above 0"),
+    (["--timeout", "-5"], "--timeout -5.0: not a duration", "seconds, above 0"),
     (["--admission", "kyverno"], "--admission kyverno: an admission policy is for a Kubernetes "
-                                 "cluster: it goes with --emit k8s DIR"),
+                                 "cluster: it goes with --emit k8s DIR",
+     "add --emit k8s DIR, or drop --admission"),
     (["--emit", "compose", "out", "--admission", "policy-controller"],
      "--admission policy-controller: an admission policy is for a Kubernetes cluster: it goes "
-     "with --emit k8s DIR"),
+     "with --emit k8s DIR", "add --emit k8s DIR, or drop --admission"),
+    (["--env", "NOEQUALS"], "--env 'NOEQUALS': expected NAME=VALUE",
+     "e.g. --env TRITON_CACHE_DIR=/tmp/triton"),
+    (["--env", "1BAD=x"], "--env '1BAD=x': expected NAME=VALUE",
+     "e.g. --env TRITON_CACHE_DIR=/tmp/triton"),
+    (["--gke"], CLUSTER_FLAGS, "add --emit k8s DIR, or drop them"),
+    (["--rdma-resource", "rdma/ib"], CLUSTER_FLAGS, "add --emit k8s DIR, or drop them"),
+    (["--emit", "compose", "out", "--rdma"], CLUSTER_FLAGS, "add --emit k8s DIR, or drop them"),
 ])
-def test_run_refuses_bad_arguments_before_anything_starts(capsys, no_daemon, argv, said):
+def test_run_refuses_bad_arguments_before_anything_starts(capsys, no_daemon, argv, said, hint):
     code, doc = err_json(capsys, "run", "tiny-cpu", *argv)
     assert code == 2 and doc["message"] == said
+    assert doc["hint"] == hint
+
+
+def test_run_takes_a_short_timeout_and_a_good_env(capsys, no_daemon):
+    # Half a second is a duration; NAME=VALUE with an empty value is one. Both pass the
+    # argument checks: the run then stops at the Engine, which is not there (exit 3).
+    code, _ = err_json(capsys, "run", "tiny-cpu", "--timeout", "0.5", "--env", "A_B=")
+    assert code == 3
 
 
 def test_run_admission_names_a_controller_imgbuild_writes_for(capsys, tmp_path):
