@@ -570,3 +570,65 @@ def test_version_names_the_built_in_catalog_it_carries(monkeypatch, capsys):
     monkeypatch.setattr(version_cmd, "builtin_catalog", lambda: None)
     assert main(["version", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["catalog"] is None
+
+
+def test_pull_passes_its_flags_and_shows_the_outcome(monkeypatch, capsys):
+    import json
+
+    from imgbuild.cli.commands import pull as pull_cmd
+
+    asked, shown = [], []
+
+    def pull_target(ws, target, **kw):
+        asked.append((ws is not None, target, {k: v for k, v in kw.items() if k != "progress"},
+                      kw["progress"] is not None))
+        return "outcome"
+
+    monkeypatch.setattr(pull_cmd, "pull_target", pull_target)
+    monkeypatch.setattr(pull_cmd.views, "pull", lambda out, o: shown.append((out.json, o)))
+    assert main(["pull", "tiny-cpu", "--registry", "127.0.0.1:5000/a/b", "--arch", "B200",
+                 "--platform", "arm64", "--json"]) == 0
+    assert asked == [(True, "tiny-cpu", {"model": None, "registry_name": "127.0.0.1:5000/a/b",
+                                         "archs": ("sm100",), "flavor": None,
+                                         "platform": "linux/arm64"}, True)]
+    assert shown == [(True, "outcome")]
+    assert main(["pull", "tiny-cpu", "--registry", "127.0.0.1:5000/a/b", "--platform",
+                 "arm64,amd64", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["message"] == "pull takes one --platform"
+    assert doc["facts"] == ["asked for linux/arm64, linux/amd64"]
+    assert doc["hint"] == "the Engine holds one image per tag: pull each platform on its own"
+
+
+def test_report_writes_the_page_or_the_json_it_was_asked_for(monkeypatch, capsys, tmp_path):
+    import json
+
+    from imgbuild.cli.commands import report as report_cmd
+
+    class Report:
+        targets, gpus = ("a", "b"), ("B200",)
+
+        def to_dict(self) -> dict:
+            return {"targets": 2}
+
+    asked, wrote = [], []
+    monkeypatch.setattr(report_cmd, "collect", lambda ws, registry, targets: asked.append(
+        (ws is not None, registry, targets)) or Report())
+    monkeypatch.setattr(report_cmd.report_html, "write", lambda rep, d: wrote.append(d) or
+                        tmp_path / "out" / "index.html")
+    assert main(["report", "--html", "out", "--registry", "127.0.0.1:5000/a/b", "a"]) == 0
+    assert asked == [(True, "127.0.0.1:5000/a/b", ("a",))] and wrote == ["out"]
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'out' / 'index.html'} (2 targets x 1 " \
+                                      "GPUs)\n"
+    assert main(["report", "--json"]) == 0
+    assert asked[-1] == (True, None, None) and len(wrote) == 1  # no page asked: none written
+    assert json.loads(capsys.readouterr().out) == {"targets": 2}
+    assert main(["report", "--json", "--html", "out"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"targets": 2,
+                                                   "html": str(tmp_path / "out" / "index.html")}
+    assert main(["report", "--json", "--html", " "]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["message"], doc["hint"]) == ("--html is empty", "name the directory for "
+                                                                "index.html")
+    assert main(["report"]) == 2
+    assert "pass --html DIR (writes DIR/index.html) or --json" in capsys.readouterr().err
