@@ -632,3 +632,21 @@ def test_report_writes_the_page_or_the_json_it_was_asked_for(monkeypatch, capsys
                                                                 "index.html")
     assert main(["report"]) == 2
     assert "pass --html DIR (writes DIR/index.html) or --json" in capsys.readouterr().err
+
+
+def test_smoke_model_shows_what_it_made_and_exits_0(monkeypatch, capsys):
+    import json
+
+    from imgbuild.cli.commands import smoke_model as sm_cmd
+
+    doc = {"model": "tiny", "path": "/c/tiny", "key": "sha256:k", "files": 3, "bytes": 2_500_000,
+           "versions": {"torch": "2.13.0"}, "pushed": None}
+    seen = []
+    monkeypatch.setattr(sm_cmd, "smoke_model_for", lambda ws, alias, **kw: seen.append(
+        (ws is not None, alias, kw["progress"] is not None)) or doc)
+    assert main(["smoke-model", "tiny", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc and seen == [(True, "tiny", True)]
+    assert main(["smoke-model", "tiny"]) == 0
+    said = capsys.readouterr().out
+    assert said.splitlines()[0] == "smoke model tiny" and "3 (2.50 MB)" in said
+    assert "torch 2.13.0" in said
