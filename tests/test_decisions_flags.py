@@ -615,7 +615,7 @@ def test_report_writes_the_page_or_the_json_it_was_asked_for(monkeypatch, capsys
     monkeypatch.setattr(report_cmd, "collect", lambda ws, registry, targets: asked.append(
         (ws is not None, registry, targets)) or Report())
     monkeypatch.setattr(report_cmd.report_html, "write", lambda rep, d: wrote.append(d) or
-                        tmp_path / "out" / "index.html")
+                        tmp_path / "out" / "index.html" if isinstance(rep, Report) else None)
     assert main(["report", "--html", "out", "--registry", "127.0.0.1:5000/a/b", "a"]) == 0
     assert asked == [(True, "127.0.0.1:5000/a/b", ("a",))] and wrote == ["out"]
     assert capsys.readouterr().out == f"wrote {tmp_path / 'out' / 'index.html'} (2 targets x 1 " \
@@ -650,3 +650,52 @@ def test_smoke_model_shows_what_it_made_and_exits_0(monkeypatch, capsys):
     said = capsys.readouterr().out
     assert said.splitlines()[0] == "smoke model tiny" and "3 (2.50 MB)" in said
     assert "torch 2.13.0" in said
+
+
+def test_a_named_rdma_resource_is_the_clusters(monkeypatch):
+    got = run_kwargs(monkeypatch, "--emit", "k8s", "out", "--rdma", "--rdma-resource",
+                     "nvidia.com/roce")["cluster"]
+    assert got.rdma.resource == "nvidia.com/roce"
+
+
+def test_run_says_the_endpoint_the_moment_the_server_answers(monkeypatch, capsys):
+    from imgbuild.pipeline.run import RunReport
+    from imgbuild.plan.launch import Launch
+
+    launch = Launch(image="i", engine="transformers", name="imgbuild-tiny", command=(),
+                    port=8000, host_port=8001, health_path="/health", models_path="/v1/models",
+                    ready_paths=(), env=(), gpus=None, ipc_host=False, shm_size=None,
+                    ulimits=(), volumes=(), phases=(), model="/m/tiny")
+
+    def run_model(ws, subject, **kw):
+        report = RunReport("tiny-cpu", None, launch, "ready", seconds=3)
+        kw["on_ready"](report)  # what the stage calls once the server answers
+        return report
+
+    monkeypatch.setattr(run_cmd, "run_model", run_model)
+    assert main(["run", "tiny-cpu"]) == 0
+    said = capsys.readouterr().out
+    assert said.splitlines()[0] == "tiny-cpu is serving"
+    assert "http://127.0.0.1:8001" in said
+
+
+def test_stages_get_a_progress_display_and_their_workspace(monkeypatch):
+    from imgbuild.checks import patches
+    from imgbuild.cli.commands import check_model as cm_cmd
+    from imgbuild.cli.commands import index as index_cmd
+    from imgbuild.image import base as base_stage
+    from imgbuild.image import digests
+
+    _, kw = reach(monkeypatch, base_stage, "bootstrap_base", ["base", "bootstrap"])
+    assert kw["progress"] is not None
+    (ws,), _ = reach(monkeypatch, digests, "refresh_catalog", ["base", "refresh-digests"])
+    assert ws is not None and ws.catalog is not None
+    (ws, _, _, _), _ = reach(monkeypatch, cm_cmd, "check_model",
+                             ["check-model", "m", "--target", "tiny-cpu"])
+    assert ws is not None and ws.catalog is not None
+    (ws, _), _ = reach(monkeypatch, patches, "check", ["patches", "tiny-cpu", "--check"])
+    assert ws is not None and ws.catalog is not None
+    monkeypatch.setattr(index_cmd.registry, "check_reachable", lambda r: None)
+    _, kw = reach(monkeypatch, index_cmd, "assemble", ["index", "tiny-cpu-multi", "--registry",
+                                                        "127.0.0.1:5000/a/b"])
+    assert kw["progress"] is not None

@@ -421,7 +421,12 @@ def test_the_index_command_passes_the_registrys_policy_the_commit_and_the_pinned
     monkeypatch.setattr(index_cmd, "make_index_plan", make_index_plan)
     monkeypatch.setattr(index_cmd, "assemble", stand_in)
     monkeypatch.setattr(index_cmd.registry, "check_reachable", lambda r: pinged.append(r.name))
-    monkeypatch.setattr(index_cmd.attest, "git_commit", lambda images: "c0ffee")
+    monkeypatch.setattr(index_cmd.attest, "git_commit",
+                        lambda images: "c0ffee" if images == proj / "images" else "elsewhere")
+    keys_checked: list = []
+    real_key = index_cmd.signing_key
+    monkeypatch.setattr(index_cmd, "signing_key", lambda spec, **kw: keys_checked.append(
+        kw["policy"]) or real_key(spec, **kw))
     monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD.decode())
     assert main(["index", "--all", "--registry", repo, "--sign-key",
                  str(KEYS / "cosign.key")]) == 0
@@ -429,6 +434,7 @@ def test_the_index_command_passes_the_registrys_policy_the_commit_and_the_pinned
     assert kw["repo"] == repo and pinged == [repo]
     assert kw["policy"] is not None and kw["policy"].key is not None
     assert kw["commit"] == "c0ffee" and kw["signer"] is not None
+    assert keys_checked == [kw["policy"]]  # the key is checked against the same policy
     assert plans == [("tiny-cpu-multi", {"model": None, "repository": repo, "resolve": False})]
     said = capsys.readouterr().out
     assert "tiny-cpu-multi: index assembled" in said and f"{repo}:x@{INDEX}" in said
@@ -436,8 +442,10 @@ def test_the_index_command_passes_the_registrys_policy_the_commit_and_the_pinned
     got.clear()
     plans.clear()
     monkeypatch.setattr(index_cmd.attest, "git_commit", lambda images: pytest.fail("read"))
-    assert main(["index", "tiny-cpu-multi", "--registry", repo, "--json"]) == 0
+    assert main(["index", "tiny-cpu-multi", "--registry", repo, "--model", "tiny-nvfp4",
+                 "--json"]) == 0
     assert got[0]["commit"] is None and got[0]["signer"] is None
+    assert plans[0][1]["model"] == "tiny-nvfp4"
     assert json.loads(capsys.readouterr().out)["indexes"][0]["digest"] == INDEX
 
 
