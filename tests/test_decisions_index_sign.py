@@ -648,3 +648,25 @@ def test_a_kms_key_cosign_cannot_show_is_refused_before_anything(monkeypatch, pl
     assert "gcpkms://k gave no usable key" in e.value.message
     assert "nothing was written and no tag was moved" in e.value.facts
     assert fake.events == []
+
+
+def test_a_build_with_a_kms_key_cosign_cannot_show_is_refused_before_the_build(monkeypatch):
+    """The build's preflight and the index read a KMS key's public half the same way
+    (signstore.kms_public_key): an answer that is no key is exit 2, said before any work."""
+    from imgbuild.errors import InputError
+    from imgbuild.image import cosigncli
+    from imgbuild.image.cosigncli import Delegated
+    from imgbuild.pipeline import build
+
+    monkeypatch.setattr(cosigncli, "preflight", lambda spec: Delegated("/bin/cosign", spec))
+    monkeypatch.setattr(cosigncli, "public_key_pem", lambda signer, env=None: b"not a key")
+    policy = SignPolicy(str(KEYS / "registries.yaml"), key="cosign.pub")
+    with pytest.raises(InputError) as e:
+        build.signing_key("awskms:///alias/ci", push=True, policy=policy)
+    assert e.value.message == "cosign public-key --key awskms:///alias/ci gave no usable key"
+    assert "nothing was written and no tag was moved" in e.value.facts
+    # Its public half is the policy's key: accepted, and it is cosign that will sign.
+    monkeypatch.setattr(cosigncli, "public_key_pem",
+                        lambda signer, env=None: (KEYS / "cosign.pub").read_bytes())
+    assert build.signing_key("awskms:///alias/ci", push=True, policy=policy) == Delegated(
+        "/bin/cosign", "awskms:///alias/ci")

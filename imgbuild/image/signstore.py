@@ -165,6 +165,18 @@ def sign_as(repo: registry.Repository, digest: str,
     return tags, {"method": "keyless", "subject": who.subject, "issuer": who.issuer}
 
 
+def kms_public_key(signer: cosigncli.Delegated) -> tuple[object, bytes]:
+    """(public key, its PEM) of a KMS signer, as `cosign public-key` reads it from the
+    provider; exit 2 where the answer is no usable key (checked before anything is written)."""
+    pem = cosigncli.public_key_pem(signer)
+    try:
+        return cosign.load_public_key(pem), pem
+    except cosign.KeyProblem as e:
+        raise InputError(f"cosign public-key --key {signer.key} gave no usable key",
+                         facts=[str(e), "nothing was written and no tag was moved"],
+                         hint="check the KMS key reference") from None
+
+
 def keyless_identity(repo: registry.Repository, image_digest: str) -> keyless.Identity | None:
     """Who signed image_digest keyless, read back from the registry: the certificate of the
     last signature under its `.sig` tag whose payload names this very image (cosign appends

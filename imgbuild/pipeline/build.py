@@ -606,11 +606,7 @@ def signing_key(spec: str | None, *, push: bool, policy: SignPolicy | None) -> S
             from ..image import cosign, signstore  # imported on use: the crypto, only to sign
 
             trusted, path = signstore.policy_key(policy)
-            try:
-                theirs = cosign.load_public_key(cosigncli.public_key_pem(signer))
-            except cosign.KeyProblem as e:
-                raise InputError(f"cosign public-key --key {spec} gave no usable key",
-                                 facts=[str(e)], hint="check the KMS key reference") from None
+            theirs, _ = signstore.kms_public_key(signer)
             if cosign.key_id(theirs) != cosign.key_id(trusted):
                 raise InputError(f"the KMS key {spec} is not the key {policy.where} trusts for "
                                  "this registry",

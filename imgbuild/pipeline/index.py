@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..catalog.registries import SignPolicy
-from ..errors import EnvError, InputError, JobFailed
+from ..errors import EnvError, JobFailed
 from ..image import attest, cosigncli, indexsign, registry
 from ..plan.index import IndexPlan
 from ..progress import SILENT, Progress
@@ -262,16 +262,9 @@ def _public_pem(signer: Signer | None) -> str | None:
         return signer.public_pem().decode()
     if signer.key is None:
         return None
-    from ..image import cosign  # imported on use: the crypto, only to sign
+    from ..image import signstore  # imported on use: the crypto, only to sign
 
-    pem = cosigncli.public_key_pem(signer)
-    try:
-        cosign.load_public_key(pem)
-    except cosign.KeyProblem as e:
-        raise InputError(f"cosign public-key --key {signer.key} gave no usable key",
-                         facts=[str(e), "nothing was written and no tag was moved"],
-                         hint="check the KMS key reference") from None
-    return pem.decode()
+    return signstore.kms_public_key(signer)[1].decode()
 
 
 def _who(identity) -> indexsign.Who | None:
