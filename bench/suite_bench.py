@@ -1,7 +1,8 @@
 """How long `make test` takes and where the time goes: runs the suite as `make test` does (or
 reads a JUnit XML that such a run wrote, --junit) and records in results/test-suite.json, under
 a label, the wall time, the counts, the slowest tests and the seconds per file, with the
-machine.
+machine; and the CPU-seconds the tests cost and the costliest of them (tests/cpu_record.py:
+each test's process and its subprocesses, not the Docker Engine's or the registry's).
 
     .venv/bin/python bench/suite_bench.py --label after              # runs make test's pytest
     .venv/bin/python bench/suite_bench.py --label before --junit run.xml --wall 2610
@@ -31,18 +32,27 @@ def summarize(junit: Path, top: int = 20) -> dict:
     them) and the seconds per test file."""
     root = ET.parse(junit).getroot()
     cases = []
+    cpu: list[tuple[float, str]] = []
     counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
     for tc in root.iter("testcase"):
         outcome = next((c.tag for c in tc if c.tag in ("failure", "error", "skipped")), "passed")
         counts[{"failure": "failed"}.get(outcome, outcome)] += 1
-        cases.append((float(tc.get("time", 0)), f"{tc.get('classname')}::{tc.get('name')}"))
+        name = f"{tc.get('classname')}::{tc.get('name')}"
+        cases.append((float(tc.get("time", 0)), name))
+        # tests/cpu_record.py: the test's process and its waited-for children, in CPU-seconds
+        cpu += [(float(p.get("value")), name) for p in tc.iter("property")
+                if p.get("name") == "cpu_s"]
     per_file: dict[str, float] = {}
     for t, name in cases:
         f = name.split("::")[0].replace(".", "/") + ".py"
         per_file[f] = per_file.get(f, 0.0) + t
     cases.sort(reverse=True)
+    cpu.sort(reverse=True)
     return {"counts": counts, "tests": len(cases),
             "test_seconds": round(sum(t for t, _ in cases), 1),
+            **({"test_cpu_seconds": round(sum(t for t, _ in cpu), 1),
+                "costliest": [{"cpu_seconds": round(t, 2), "test": n} for t, n in cpu[:top]]}
+               if cpu else {}),
             "slowest": [{"seconds": round(t, 2), "test": n} for t, n in cases[:top]],
             "per_file": {f: round(t, 1) for f, t in
                          sorted(per_file.items(), key=lambda kv: -kv[1])}}

@@ -17,6 +17,8 @@ import requests
 
 from imgbuild.workspace import Workspace
 
+from . import cpu_record  # CPU-seconds per test, summed up after the run
+
 # The docker marker's two checks (at collection and while a test runs): hooks and fixtures
 # that pytest finds here because they are names of this module.
 from .docker_guard import (  # noqa: F401
@@ -252,9 +254,17 @@ def pytest_testnodedown(node, error) -> None:
         SUMMARIES.append((title, lines))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    cpu_record.register(config)
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     for title, lines in SUMMARIES:
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
     engine_lock_waits(terminalreporter, config)
+    if spent := cpu_record.lines(config):
+        terminalreporter.section("CPU-seconds by test (tests/cpu_record.py)")
+        for line in spent:
+            terminalreporter.write_line(line)

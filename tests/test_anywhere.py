@@ -21,6 +21,8 @@ from .conftest import ROOT, WHEELS
 
 pytestmark = pytest.mark.docker
 
+SHARED_CACHE = Path(os.environ.get("IMGBUILD_CACHE") or Path.home() / ".cache" / "imgbuild")
+
 
 def imgbuild(binary: list[str], *args: str, cwd: Path, home: Path, cache: Path,
              extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -35,9 +37,11 @@ def imgbuild(binary: list[str], *args: str, cwd: Path, home: Path, cache: Path,
 def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_install, own_repo,
                                                                       tmp_path):
     dev = [sys.executable, "-m", "imgbuild.cli"]
-    cache = tmp_path / "cache"  # an empty cache: the smoke model is made by its generator
+    # This machine's own cache: the smoke model is there already, or made by its generator
+    # (a generation from nothing is test_the_generator_makes_the_checkpoint_and_keeps_its_logs'
+    # job: each one is a minute of the suite's CPU). The push carries it either way.
     r = imgbuild(dev, "tiny-cpu", "--push", "--registry", own_repo, "--json", cwd=ROOT,
-                 home=Path.home(), cache=cache)
+                 home=Path.home(), cache=SHARED_CACHE)
     assert r.returncode == 0, r.stderr[-3000:]
     built = json.loads(r.stdout)
     assert built["content_tag"] == f"{own_repo}:{golden.recorded()['tiny-cpu']}"
@@ -62,35 +66,17 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
     assert "fetched from" in r.stderr and "made by the generator" not in r.stderr
 
 
-def test_the_generator_makes_the_same_bytes_twice(tmp_path):
-    """Regeneration in the pinned generator image is byte-identical, so the recipe key alone
-    names the checkpoint (README: content key). A generation into an empty cache is compared
-    with the checkpoint this machine's cache already holds under the same key, made by the
-    generator before (another run, another day: the stronger check, and one generation
-    fewer), or with a second fresh generation where that cache has none."""
-    dev = [sys.executable, "-m", "imgbuild.cli"]
-    shared = Path(os.environ.get("IMGBUILD_CACHE") or Path.home() / ".cache" / "imgbuild")
-    manifests, paths = [], []
-    for cache in (shared, tmp_path / "cache"):
-        r = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", cwd=ROOT, home=Path.home(),
-                     cache=cache)
-        assert r.returncode == 0, r.stderr[-3000:]
-        path = Path(json.loads(r.stdout)["path"])
-        ref = json.loads((path / payload.REFERENCE_DIR / payload.REFERENCE_JSON).read_text())
-        manifests.append((ref["files"], payload.file_manifest(path)))
-        paths.append(path)
-        assert ref["versions"]["torch"] == "2.13.0+cpu"  # the generator's lock, not the host's
-    # The second in the empty cache: made here and now (no --registry: nothing to fetch).
-    assert paths[1].is_relative_to(tmp_path) and not paths[0].is_relative_to(tmp_path)
-    assert manifests[0] == manifests[1]
-
-
-def test_the_generators_build_log_and_output_are_kept_in_the_log_dir(images_copy, tmp_path):
+def test_the_generator_makes_the_checkpoint_and_keeps_its_logs(images_copy, tmp_path):
     """A smoke model made from nothing builds the generator image and runs it: with --log-dir
     both logs are kept there, the way a target's build log is (a failed generator build left
     nothing to read but a tail). The generator here differs from the catalog's in its
     description only, so its image is new (its own content key: a build, not a reuse) while
-    its steps come from BuildKit's cache."""
+    its steps come from BuildKit's cache.
+
+    Regeneration is byte-identical, so the recipe key alone names the checkpoint (README:
+    content key): what it made in an empty cache is compared with the checkpoint this machine's
+    cache holds, made by the generator before (another run, another day), or made now where
+    that cache has none."""
     gen = images_copy / "generators" / "smoke-model.yaml"
     gen.write_text(gen.read_text().replace(
         "The smoke-model generator:", f"The smoke-model generator ({uuid.uuid4().hex[:8]}):", 1))
@@ -117,6 +103,17 @@ def test_the_generators_build_log_and_output_are_kept_in_the_log_dir(images_copy
         made = (logs / f"smoke-model-tiny-nvfp4-{key[:16]}.generate.log").read_text()
         assert made.startswith("$ ") and "--network none" in made.splitlines()[0]
         assert f"--key {key}" in made.splitlines()[0] and len(made.splitlines()) > 1
+        path = Path(json.loads(r.stdout)["path"])
+        assert path.is_relative_to(tmp_path / "cache")  # made here and now
+        kept = imgbuild(dev, "smoke-model", "tiny-nvfp4", "--json", cwd=ROOT, home=Path.home(),
+                        cache=SHARED_CACHE)
+        assert kept.returncode == 0, kept.stderr[-3000:]
+        manifests = []
+        for p in (path, Path(json.loads(kept.stdout)["path"])):
+            said = json.loads((p / payload.REFERENCE_DIR / payload.REFERENCE_JSON).read_text())
+            assert said["versions"]["torch"] == "2.13.0+cpu"  # the generator's, not the host's
+            manifests.append((said["files"], payload.file_manifest(p)))
+        assert manifests[0] == manifests[1]
     finally:
         subprocess.run(["docker", "rmi", ref], capture_output=True)
 
