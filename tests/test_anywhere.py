@@ -39,7 +39,7 @@ def test_pushed_by_the_dev_venv_pulled_by_a_plain_install_elsewhere(plain_instal
     dev = [sys.executable, "-m", "imgbuild.cli"]
     # This machine's own cache: the smoke model is there already, or made by its generator
     # (a generation from nothing is test_the_generator_makes_the_checkpoint_and_keeps_its_logs'
-    # job: each one is a minute of the suite's CPU). The push carries it either way.
+    # job: 15 to 20 CPU-seconds each here). The push carries it either way.
     r = imgbuild(dev, "tiny-cpu", "--push", "--registry", own_repo, "--json", cwd=ROOT,
                  home=Path.home(), cache=SHARED_CACHE)
     assert r.returncode == 0, r.stderr[-3000:]

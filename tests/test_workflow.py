@@ -162,8 +162,9 @@ class Runner:
                                     substitute(step["run"], sctx)], cwd=ws, env=senv,
                                    capture_output=True, text=True, timeout=3000)
                 text, rc = r.stdout + r.stderr, r.returncode
-            self.logs.append(f"## {name} / {sid} (exit {rc}, {time.monotonic() - t0:.1f} s)\n{text}")
-            print(f"WORKFLOW-STEP {name} / {sid}: {time.monotonic() - t0:.1f} s", flush=True)
+            took = time.monotonic() - t0
+            self.logs.append(f"## {name} / {sid} (exit {rc}, {took:.1f} s)\n{text}")
+            print(f"WORKFLOW-STEP {name} / {sid}: {took:.1f} s", flush=True)
             self.summaries[f"{name} / {sid}"] = files["summary"].read_text()
             out["steps"][sid] = text
             if rc != 0 and not evaluate(str(step.get("continue-on-error", False)).replace(
@@ -293,7 +294,7 @@ def test_matrix_and_build_jobs_build_smoke_push_then_pull(tmp_path, docker_clien
 
     # What earlier runs of this workflow leave in the registry: the smoke model under its recipe
     # key, which a fresh runner fetches instead of generating it (a generation from nothing is
-    # tests/test_anywhere.py's: a minute of the suite's CPU each).
+    # tests/test_anywhere.py's: 15 to 20 CPU-seconds each here).
     seeded = run_imgbuild("smoke-model", "tiny-nvfp4", "--registry", registry, "--push", "--json")
     assert seeded.returncode == 0, seeded.stderr[-2000:]
     r, b = run_once("first")
