@@ -162,3 +162,231 @@ def test_the_project_file_names_the_version_and_the_values_fill_every_template(b
          "imgbuild.yaml", "lockfiles/README.md"]))
     model = yaml.safe_load(files["images/models/m.yaml"])
     assert model["checkpoint"] == "org/m"
+
+
+# What the user reads: each refusal's sentence and its way out, as the uv-style errors give
+# them (the chain of facts, then what to do), and the files' mode.
+
+def test_each_refusal_says_what_and_the_way_out(builtin, tmp_path):
+    def refused(**kw) -> InputError:
+        with pytest.raises(InputError) as e:
+            plan_project(builtin, tmp_path / "p", **{"extends": "tiny-cpu", **kw})
+        return e.value
+
+    e = refused(extends="tiny-cpux")
+    assert e.message == "--extends tiny-cpux: not a built-in target"
+    assert e.facts and e.facts[0].startswith("known built-in targets: ")
+    assert "tiny-cpu" in e.facts[0] and e.hint == "did you mean 'tiny-cpu'?"
+    e = refused(name="Not A Name")
+    assert e.message == "--name 'Not A Name': not a name imgbuild can use"
+    e = refused(name="smoke-model")
+    assert e.hint == "choose another name, e.g. my-smoke-model"
+    e = refused(tensor_parallel=0)
+    assert (e.message, e.hint) == ("--tp 0: not a GPU count",
+                                   "give the number of GPUs the model is sharded over (1 or more)")
+    e = refused(size_gb=-1.0)
+    assert (e.message, e.hint) == ("--size-gb -1: not a size",
+                                   "give the checkpoint's size on disk in GB, e.g. 16")
+
+
+def test_the_model_name_is_the_checkpoints_last_part(builtin, tmp_path):
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model="acme/Model-X")
+    assert s.model_name == "Model-X"
+    # A local checkpoint outside the project: its absolute path, its directory's name.
+    outside = tmp_path / "store" / "ckpts" / "Deep-One"
+    outside.mkdir(parents=True)
+    (outside / "w.bin").write_bytes(b"x")
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model=str(outside))
+    assert (s.checkpoint, s.model_name) == (str(outside), "Deep-One")
+    # Inside the project, at its top: a bare relative path.
+    inside = tmp_path / "p" / "ckpt"
+    inside.mkdir(parents=True)
+    (inside / "w.bin").write_bytes(b"x")
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model=str(inside))
+    assert (s.checkpoint, s.model_name) == ("ckpt", "ckpt")
+
+
+def test_the_arch_example_is_the_targets_first_arch(builtin, tmp_path):
+    assert plan_project(builtin, tmp_path / "p", extends="tiny-cpu").arch_example == "cpu"
+    assert plan_project(builtin, tmp_path / "p",
+                        extends="sglang-hopper").arch_example == "sm90"
+
+
+def test_what_is_in_the_way_is_counted_and_the_way_out_named(builtin, tmp_path):
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="t")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "imgbuild.yaml").write_text("mine\n")
+    with pytest.raises(InputError) as e:
+        write_project(s)
+    assert e.value.message == f"cannot write the project into {tmp_path / 'p'}: 1 path in the way"
+    assert e.value.facts == [f"{tmp_path / 'p' / 'imgbuild.yaml'} exists", "nothing was written"]
+    assert e.value.hint == ("choose another directory (imgbuild init DIR) or another --name, "
+                            "or move those files away")
+    (tmp_path / "p" / "README.md").write_text("mine\n")
+    with pytest.raises(InputError) as e:
+        write_project(s)
+    assert e.value.message == f"cannot write the project into {tmp_path / 'p'}: 2 paths in the way"
+
+
+def test_files_are_written_readable_by_all_writable_by_the_owner(builtin, tmp_path):
+    import os
+
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="t")
+    old = os.umask(0o022)
+    try:
+        w = write_project(s)
+    finally:
+        os.umask(old)
+    modes = {rel: (tmp_path / "p" / rel).stat().st_mode & 0o777 for rel in w.files}
+    assert set(modes.values()) == {0o644}, modes
+
+
+def test_a_file_that_appears_is_named_with_the_way_out(builtin, tmp_path):
+    templates = tmp_path / "templates"
+    for d in ("a", "b"):
+        (templates / d).mkdir(parents=True)
+        (templates / d / "x.txt").write_text(d)
+    root = tmp_path / "p"
+    (root / "a").mkdir(parents=True)
+    (root / "b").symlink_to(root / "a")
+    with pytest.raises(InputError) as e:
+        write_project(plan_project(builtin, root, extends="tiny-cpu"), templates)
+    assert e.value.message == f"{root / 'b' / 'x.txt'} appeared while the project was written"
+    assert e.value.hint == "run `imgbuild init` again"
+
+
+def test_a_refused_write_names_the_file_it_could_not_write(builtin, tmp_path):
+    templates = tmp_path / "templates"
+    (templates / "zz").mkdir(parents=True)
+    (templates / "zz" / ("@{name}" * 6 + ".txt")).write_text("x")
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="n" * 48)
+    with pytest.raises(EnvError) as e:
+        write_project(s, templates)
+    path = tmp_path / "p" / "zz" / ("n" * 288 + ".txt")
+    assert e.value.message.startswith(f"cannot write the project file {path}: ")
+    assert e.value.facts == [f"{path} is as it was before this command"]
+
+
+def test_each_checkpoint_refusal_says_what_and_the_way_out(builtin, tmp_path):
+    def refused(model: str) -> InputError:
+        with pytest.raises(InputError) as e:
+            plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model=model)
+        return e.value
+
+    e = refused("  ")
+    assert (e.message, e.hint) == ("--model is empty", "give a Hugging Face repo id (org/name) "
+                                   "or a local directory, or leave --model out")
+    # Absolute and home paths are local, there or not: no such directory, not a bad repo id.
+    for given, path in (("/no/such/ckpt", Path("/no/such/ckpt")),
+                        ("~/no-such-ckpt", Path("~/no-such-ckpt").expanduser())):
+        e = refused(given)
+        assert e.message == f"--model {given}: no such directory"
+        assert e.facts == [f"looked for {path}"]
+        assert e.hint == ("give a checkpoint directory (with its config.json) or a Hugging Face "
+                          "repo id (org/name)")
+    e = refused("org/a b")
+    assert e.message == "--model org/a b: neither a local directory nor a Hugging Face repo id"
+    assert e.hint == ("a repo id is org/name (letters, digits, '.', '_', '-'), e.g. "
+                      "Qwen/Qwen3-8B")
+
+
+def test_each_name_refusal_gives_its_reason(builtin, tmp_path):
+    with pytest.raises(InputError) as e:
+        plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="Bad")
+    assert e.value.facts == ["it names a file under images/, its locks and its image tags"]
+    assert e.value.hint == ("use lowercase letters, digits, '.', '_' and '-', starting with a "
+                            "letter or digit (at most 48 characters), e.g. my-sglang")
+    with pytest.raises(InputError) as e:
+        plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="build",
+                     reserved=frozenset({"build"}))
+    assert e.value.message == "--name 'build' is an imgbuild command"
+    assert e.value.facts == ["`imgbuild build` runs the command, not a build of the target"]
+    assert e.value.hint == "choose another name, e.g. my-build"
+
+
+@pytest.mark.parametrize("model, alias, model_name", [
+    ("acme/Model-X", "model-x", "Model-X"),
+    ("gpt2", "gpt2", "gpt2"),  # a repo id without an org
+    # Cut at 48 characters, at a '-': the '-' goes too.
+    ("acme/" + "a" * 47 + "-b", "a" * 47, "a" * 47 + "-b"),
+])
+def test_the_alias_and_model_name_of_a_repo_id(builtin, tmp_path, model, alias, model_name):
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model=model)
+    assert (s.alias, s.model_name) == (alias, model_name)
+
+
+def test_a_local_checkpoints_odd_name_gives_a_clean_alias(builtin, tmp_path):
+    ck = tmp_path / "_Odd Name_"
+    ck.mkdir()
+    (ck / "w.bin").write_bytes(b"x")
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", model=str(ck))
+    assert s.alias == "odd-name"
+
+
+def test_the_pin_example_is_the_locked_version_or_a_placeholder(builtin, tmp_path):
+    from imgbuild.project import _pin_example
+    from imgbuild.workspace import Workspace
+
+    ws = Workspace(builtin.images, builtin.lockfiles)
+    locked = ws.target("tiny-cpu").lock().package("transformers")
+    assert _pin_example(ws, "tiny-cpu") == f"transformers=={locked.version}"
+    no_locks = Workspace(builtin.images, tmp_path / "no-lockfiles")
+    assert _pin_example(no_locks, "tiny-cpu") == "transformers==VERSION"
+
+
+def test_a_file_on_the_way_to_a_nested_file_is_in_the_way(builtin, tmp_path):
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / ".github").write_text("a file\n")
+    s = plan_project(builtin, root, extends="tiny-cpu", name="t")
+    with pytest.raises(InputError) as e:
+        write_project(s)
+    assert e.value.facts == [f"{root / '.github'} is a file, not a directory",
+                             "nothing was written"]
+
+
+def test_the_notes_a_placeholder_leaves_in_the_files(builtin, tmp_path):
+    v = plan_project(builtin, tmp_path / "p", extends="tiny-cpu").values()
+    assert v["checkpoint_note"] == ("\n# PLACEHOLDER: replace it with your checkpoint (the "
+                                    "profile cannot be used before).")
+    assert v["size_note"] == ("\n# PLACEHOLDER: replace it with the checkpoint's size "
+                              "(`imgbuild init --size-gb G` writes it).")
+
+
+def test_the_version_named_is_the_installed_ones(monkeypatch):
+    from importlib.metadata import PackageNotFoundError, version
+
+    import imgbuild.project as project
+
+    assert project.imgbuild_version() == version("imgbuild")
+
+    def missing(name):
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(project, "version", missing)
+    assert project.imgbuild_version() == "unknown"
+
+
+def test_templates_dot_names_at_any_depth_and_no_bytecode(builtin, tmp_path):
+    templates = tmp_path / "templates"
+    (templates / "sub" / "__pycache__").mkdir(parents=True)
+    (templates / "sub" / "dot-env").write_text("@{name}\n")
+    (templates / "sub" / "__pycache__" / "x.pyc").write_text("junk")
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="t")
+    assert render(s, templates) == {"sub/.env": "t\n"}
+    (templates / "sub" / "bad.txt").write_text("@{nope}\n")
+    with pytest.raises(KeyError, match=r"sub/bad.txt: unknown placeholder @\{nope\}"):
+        render(s, templates)
+    (templates / "sub" / "bad.txt").unlink()
+    (templates / "sub" / "@{nope}.txt").write_text("x\n")
+    with pytest.raises(KeyError, match=r"sub/@\{nope\}.txt: unknown placeholder"):
+        render(s, templates)
+
+
+def test_missing_templates_say_to_reinstall(builtin, tmp_path):
+    s = plan_project(builtin, tmp_path / "p", extends="tiny-cpu", name="t")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError) as e:
+        render(s, tmp_path / "empty")
+    assert e.value.message == f"imgbuild's project templates are missing: {tmp_path / 'empty'}"
+    assert e.value.hint == "reinstall imgbuild from its wheel"
