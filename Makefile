@@ -91,8 +91,9 @@ mutation: venv
 clean:
 	rm -rf .venv .pytest_cache
 
-# Record every shipped target's content tag (tests/golden/content-tags.json), after a change
-# meant to give new tags; the tests fail on any other change of a tag.
+# Record every shipped target's content tag (tests/golden/content-tags.json) and the generated
+# reference pages (tests/golden/reference/), after a change meant to give new tags or new text;
+# the tests fail on any other change of either.
 golden: venv
 	.venv/bin/python -m tests.golden --write
 

@@ -1,7 +1,8 @@
 """MkDocs hook: adds the generated pages (imgbuild/docsgen.py) to the site when it is built.
 
 The command-line, catalog, failure and exit-code references and the performance plots are
-made from the code and data they describe, on every build: nothing generated is committed."""
+made from the code and data they describe, on every build. The references' reviewed text is
+kept in tests/golden/reference/, which tests/test_docs.py compares them with."""
 
 from __future__ import annotations
 

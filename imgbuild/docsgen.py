@@ -120,6 +120,18 @@ def _arg_row(a: argparse.Action) -> str:
     return f"| {_cell(_arg_name(a))} | {_cell(_arg_default(a))} | {_cell(what)} |"
 
 
+# The usage lines' width: argparse folds them at the terminal's (COLUMNS), which would make
+# the page depend on the window of whoever built the site.
+USAGE_WIDTH = 96
+
+
+def usage(p: argparse.ArgumentParser) -> str:
+    """The parser's usage as `--help` prints it, folded at USAGE_WIDTH on any terminal."""
+    f = p.formatter_class(prog=p.prog, width=USAGE_WIDTH)
+    f.add_usage(p.usage, p._actions, p._mutually_exclusive_groups)
+    return f.format_help().strip()
+
+
 def cli_reference(p: argparse.ArgumentParser | None = None) -> str:
     if p is None:
         p = parser()
@@ -133,7 +145,7 @@ def cli_reference(p: argparse.ArgumentParser | None = None) -> str:
         "is built. `imgbuild TARGET ...` is `imgbuild build TARGET ...`.",
         "",
         "```text",
-        p.format_usage().strip(),
+        usage(p),
         "```",
         "",
         "| command | what it does |",
@@ -150,7 +162,7 @@ def cli_reference(p: argparse.ArgumentParser | None = None) -> str:
     for c in cmds:
         own = [a for a in options(c.parser) if _sig(a) not in common_sigs]
         lines += ["", f"## imgbuild {c.name} {{#{c.anchor}}}", "", _cell(c.help), "",
-                  "```text", c.parser.format_usage().strip().replace("usage: ", "", 1), "```",
+                  "```text", usage(c.parser).replace("usage: ", "", 1), "```",
                   ""]
         if own:
             lines += ["| argument | default | what it does |", "| --- | --- | --- |"]

@@ -75,6 +75,39 @@ def test_every_command_and_flag_is_in_the_cli_reference():
     assert not missing, "\n".join(missing)
 
 
+def test_the_references_are_the_reviewed_ones():
+    """What a user reads in `--help` and on the reference pages changes only where a reviewer
+    saw it change: each page as generated is the one in tests/golden/reference/ (`make golden`
+    records it after a change meant to give new text)."""
+    import difflib
+    import sys
+
+    from . import golden
+
+    got, want = golden.references(ROOT), golden.recorded_references()
+    assert set(got) == set(want), "pages: make golden"
+    if sys.version_info[:2] != golden.REFERENCE_PYTHON:  # argparse lays out usage its own way
+        del got["cli.md"], want["cli.md"]
+    stale = {name: "".join(list(difflib.unified_diff(
+        want[name].splitlines(True), got[name].splitlines(True), f"golden/{name}",
+        f"generated/{name}"))[:40]) for name in got if got[name] != want[name]}
+    assert not stale, ("the generated reference differs from the reviewed one (`make golden` "
+                       "records it, if the change is meant):\n" + "\n".join(stale.values()))
+
+
+def test_the_usage_lines_do_not_depend_on_the_terminal(monkeypatch):
+    pages = []
+    for columns in ("40", "250"):
+        monkeypatch.setenv("COLUMNS", columns)
+        pages.append(docsgen.cli_reference())
+    assert pages[0] == pages[1]
+    usages = [block.split("```")[0] for block in pages[0].split("```text")[1:]]
+    # Folded at the fixed width; a single word longer than that (the command choices) stays
+    # whole, as argparse leaves it.
+    assert all(len(ln) <= docsgen.USAGE_WIDTH or len(ln.split()) == 1
+               for u in usages for ln in u.splitlines())
+
+
 def test_a_flag_added_to_the_parser_reaches_the_reference():
     p = parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))

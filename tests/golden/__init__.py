@@ -1,11 +1,18 @@
 """Golden content tags: every shipped target's (and generator's) content tag, as committed.
+And the generated reference pages (imgbuild/docsgen.py), as reviewed.
 
     python -m tests.golden          # print what this checkout computes
-    python -m tests.golden --write  # record it (after a change meant to give new tags)
+    python -m tests.golden --write  # record it (after a change meant to give new tags or text)
 
 tests/test_content_key.py recomputes them from the dev venv, from a plain install and from
 another working directory and HOME, and fails when any differs: a changed tag means every user
 and CI looks for an image nobody pushed, so it must be on purpose.
+
+tests/test_docs.py compares the command-line, catalog, failure and exit-code references with
+reference/*.md here: what a user reads in `--help` and on the site changes only where a
+reviewer saw it change (the site itself is still generated when it is built). The command
+line's usage lines are argparse's, whose layout differs between Python minors: REFERENCE_PYTHON
+says which one made them.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import sys
 from pathlib import Path
 
 FILE = Path(__file__).with_name("content-tags.json")
+REFERENCES = Path(__file__).with_name("reference")
+REFERENCE_PYTHON = (3, 11)  # the dev venv's (Makefile PYTHON)
 
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
@@ -33,12 +42,33 @@ def recorded() -> dict[str, str]:
     return json.loads(FILE.read_text())
 
 
+def references(root: Path) -> dict[str, str]:
+    """The generated reference pages, by file name."""
+    from imgbuild import docsgen
+
+    return {Path(path).name: text for path, text in docsgen.generate(root).items()
+            if path.startswith("reference/")}
+
+
+def recorded_references() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(REFERENCES.glob("*.md"))}
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     tags = compute(root / "images", root / "lockfiles")
     text = json.dumps(tags, indent=2, sort_keys=True) + "\n"
     if "--write" in argv:
         FILE.write_text(text)
+        if sys.version_info[:2] != REFERENCE_PYTHON:
+            sys.stderr.write(f"reference pages not written: argparse's layout is Python "
+                             f"{'.'.join(map(str, REFERENCE_PYTHON))}'s (the dev venv's)\n")
+        else:
+            REFERENCES.mkdir(exist_ok=True)
+            for old in REFERENCES.glob("*.md"):
+                old.unlink()
+            for name, page in references(root).items():
+                (REFERENCES / name).write_text(page)
     sys.stdout.write(text)
     return 0
 
