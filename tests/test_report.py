@@ -129,6 +129,25 @@ def test_same_inputs_same_bytes(ws, report):
     assert json.dumps(report.to_dict()) == json.dumps(again.to_dict())
 
 
+def test_the_report_and_its_page_are_the_reviewed_ones(report):
+    """Every cell's claim, reason and evidence, and the page around them, as last reviewed
+    (tests/golden/report/; `make golden` records them after a change meant to change a
+    claim): a cell may say no more than the plan, the kernel record and the catalog hold."""
+    import difflib
+
+    from . import golden
+
+    assert golden.REPORT_TARGETS == ("tiny-cpu", HEADLINE)  # what the fixture collects
+    got = {"report.json": json.dumps(report.to_dict(), indent=1, sort_keys=True) + "\n",
+           "page.html": report_html.render(report)}
+    want = golden.recorded_report()
+    stale = {name: "".join(list(difflib.unified_diff(
+        want.get(name, "").splitlines(True), page.splitlines(True), f"golden/{name}",
+        f"collected/{name}"))[:60]) for name, page in got.items() if want.get(name) != page}
+    assert not stale, ("the report differs from the reviewed one (`make golden` records it, if "
+                       "the change is meant):\n" + "\n".join(stale.values()))
+
+
 class _Tags(HTMLParser):
     def __init__(self) -> None:
         super().__init__()

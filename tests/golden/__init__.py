@@ -13,6 +13,11 @@ reference/*.md here: what a user reads in `--help` and on the site changes only 
 reviewer saw it change (the site itself is still generated when it is built). The command
 line's usage lines are argparse's, whose layout differs between Python minors: REFERENCE_PYTHON
 says which one made them.
+
+tests/test_report.py compares the compatibility report of tiny-cpu and sglang-blackwell
+without a registry (its JSON and its page) with report/ here: a cell says what it may claim
+from the plan, the lock's kernel record and the failure catalog, and a change to any claim is
+seen in review.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 FILE = Path(__file__).with_name("content-tags.json")
 REFERENCES = Path(__file__).with_name("reference")
 REFERENCE_PYTHON = (3, 11)  # the dev venv's (Makefile PYTHON)
+REPORT = Path(__file__).with_name("report")
+REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
 
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
@@ -54,6 +61,21 @@ def recorded_references() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(REFERENCES.glob("*.md"))}
 
 
+def report_pages(images: Path, lockfiles: Path) -> dict[str, str]:
+    """The compatibility report of REPORT_TARGETS, no registry: its JSON and its page."""
+    from imgbuild.cli.views import report_html
+    from imgbuild.pipeline import report as rp
+    from imgbuild.workspace import Workspace
+
+    r = rp.collect(Workspace(images, lockfiles), targets=REPORT_TARGETS)
+    return {"report.json": json.dumps(r.to_dict(), indent=1, sort_keys=True) + "\n",
+            "page.html": report_html.render(r)}
+
+
+def recorded_report() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(REPORT.iterdir())}
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     tags = compute(root / "images", root / "lockfiles")
@@ -69,6 +91,9 @@ def main(argv: list[str]) -> int:
                 old.unlink()
             for name, page in references(root).items():
                 (REFERENCES / name).write_text(page)
+        REPORT.mkdir(exist_ok=True)
+        for name, page in report_pages(root / "images", root / "lockfiles").items():
+            (REPORT / name).write_text(page)
     sys.stdout.write(text)
     return 0
 
