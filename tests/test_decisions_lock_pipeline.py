@@ -235,3 +235,125 @@ def test_a_missing_kernel_record_makes_a_diff_line_naming_the_fix(ws, monkeypatc
     assert ".kernels.json" in line
     monkeypatch.setattr(plock.kernels, "read_record", lambda path, lock, rules: {"ok": 1})
     assert plock._kernel_record_diff(ws, ref) == ()
+
+
+# -- what each call is handed -------------------------------------------------------------------
+# The fakes above answer; these check what pipeline/lock.py hands uv's side: the target's own
+# request and lock, the workspace's wheel directory and lockfiles, the defaults, and that its
+# notes reach the progress the user sees.
+
+class Notes:
+    def __init__(self):
+        self.said: list[str] = []
+
+    def note(self, message: str, *, level: str = "info") -> None:
+        assert isinstance(message, str)
+        self.said.append(message)
+
+
+@pytest.fixture
+def wheeled(tmp_path):
+    """The checkout's catalog with a local wheel directory, as `--wheels DIR` gives it."""
+    from imgbuild.workspace import Workspace
+
+    base = checkout_workspace()
+    (tmp_path / "wheels").mkdir()
+    return Workspace(base.images, base.lockfiles, tmp_path / "wheels")
+
+
+def test_no_target_named_says_where_to_look(ws):
+    with pytest.raises(InputError) as e:
+        plock.lock_targets(ws, [])
+    assert (e.value.message, e.value.hint) == ("name a target or pass --all",
+                                               "see `imgbuild list`")
+
+
+def test_check_hands_each_platforms_request_lock_and_the_wheels(wheeled, monkeypatch):
+    refs = {r.lock_path: r for r in wheeled.platform_refs("tiny-cpu-multi")}
+    asked = []
+
+    def fresh(req, path, wheels):
+        assert req == refs[path].request and wheels == wheeled.wheels
+        asked.append(path)
+        return Freshness(False, ())
+
+    def kdiff(w, ref):
+        assert w is wheeled and ref.lock_path in refs
+        return ()
+
+    monkeypatch.setattr(plock, "freshness", fresh)
+    monkeypatch.setattr(plock, "_kernel_record_diff", kdiff)
+    r = plock.lock_targets(wheeled, ["tiny-cpu-multi"], check=True)
+    assert sorted(asked) == sorted(refs) and {e.target for e in r.entries} == {"tiny-cpu-multi"}
+
+
+def test_lock_hands_the_requests_lockfiles_wheels_and_defaults(wheeled, monkeypatch, tmp_path):
+    [ref] = wheeled.platform_refs("tiny-cpu")
+    calls, notes = [], Notes()
+
+    def lock_many(reqs, lockfiles, wheels, *, refresh, jobs, note):
+        calls.append((reqs, lockfiles, wheels, refresh, jobs))
+        note("resolving tiny-cpu")
+        return [(FakeLock(tmp_path / "t.txt"), True, None)]
+
+    def writable(d, what):
+        assert (d, what) == (wheeled.lock_dir(), "lockfiles to")
+
+    def record(w, r, lock, progress):
+        assert w is wheeled and r.name == "tiny-cpu" and lock.path == tmp_path / "t.txt"
+        progress.note("kernel record kept")
+
+    monkeypatch.setattr(plock, "lock_many", lock_many)
+    monkeypatch.setattr(plock, "check_writable", writable)
+    monkeypatch.setattr(plock, "_kernel_record", record)
+    monkeypatch.setattr(type(wheeled), "adopt_builtin_locks",
+                        lambda self, refs: ["lockfiles/tiny-cpu.lock.txt"])
+    r = plock.lock_targets(wheeled, ["tiny-cpu"], progress=notes)
+    assert calls == [([ref.request], wheeled.lockfiles, wheeled.wheels, False, 4)]
+    assert notes.said == ["copied the built-in lock into the project: "
+                          "lockfiles/tiny-cpu.lock.txt", "resolving tiny-cpu",
+                          "kernel record kept"]
+    assert [e.target for e in r.entries] == ["tiny-cpu"]
+    # A failed lock keeps its target's name too.
+    monkeypatch.setattr(plock, "lock_many", lambda *a, **k: [(None, None, EnvError("uv"))])
+    assert [e.target for e in plock.lock_targets(wheeled, ["tiny-cpu"]).entries] == ["tiny-cpu"]
+
+
+def test_the_overrides_are_checked_against_the_targets_own_lock_and_wheels(wheeled,
+                                                                           monkeypatch):
+    [ref] = wheeled.platform_refs("sglang-vllm-blackwell")
+    seen = []
+
+    def check(req, wheels, locked):
+        seen.append((req, wheels, locked.digest))
+        return [OverrideStatus(ov.requirement, True, "e") for ov in ref.target.overrides]
+
+    monkeypatch.setattr(plock, "freshness", lambda req, path, wheels: Freshness(False, ()))
+    monkeypatch.setattr(plock, "_kernel_record_diff", lambda w, r: ())
+    monkeypatch.setattr(plock, "check_overrides", check)
+    r = plock.lock_targets(wheeled, ["sglang-vllm-blackwell"], check=True)
+    assert seen == [(ref.request, wheeled.wheels, ref.lock().digest)]
+    assert [o["requirement"] for o in r.entries[0].overrides] == \
+        [ov.requirement for ov in ref.target.overrides]
+
+
+def test_a_committed_kernel_record_is_read_and_kept_for_its_lock_and_rules(ws):
+    """Real rules, lock and record (sglang-blackwell's, committed): the record is this lock's,
+    so --check has nothing to say and a lock keeps it, reading no wheel."""
+    [ref] = ws.platform_refs("sglang-blackwell")
+    assert plock.coverage.rules_for(ws, ref.target) is not None
+    assert plock._kernel_record_diff(ws, ref) == ()
+    notes = Notes()
+    assert plock._kernel_record(ws, ref, ref.lock(), notes) is None
+
+
+def test_a_record_for_another_lock_or_other_rules_is_missing(ws, monkeypatch):
+    [ref] = ws.platform_refs("sglang-blackwell")
+    real = plock.kernels.read_record
+    for lock_digest, rules_digest in (("sha256:other", None), (None, "sha256:other")):
+        def read(path, lock, rules, _l=lock_digest, _r=rules_digest):
+            return real(path, _l or lock, _r or rules)
+
+        monkeypatch.setattr(plock.kernels, "read_record", read)
+        [line] = plock._kernel_record_diff(ws, ref)
+        assert "run `imgbuild lock sglang-blackwell`" in line
