@@ -358,3 +358,38 @@ def test_signature_policy_says_what_was_checked_and_cosigns_command(tmp_path, ca
     out = Output(True, Console(file=io.StringIO()), Console(file=io.StringIO()))
     views.signature_policy(out, policy, "r.example/team/img", found)
     assert capsys.readouterr().out == ""
+
+
+def test_sizes_round_half_up_at_the_shown_digit():
+    # 0.135 GB and 1.35 MB sit on a rounding edge: the exact quotient rounds up.
+    assert views._gb(135_000_000) == "0.14 GB"
+    assert views._gb(1_350_000) == "1.4 MB"
+    doc = {"model": "m", "path": "/p", "key": None, "files": 1, "bytes": 1_235_000,
+           "versions": None, "pushed": None}
+    assert "files      1 (1.24 MB)" in text(views.smoke_model, doc)
+
+
+def test_a_packages_kinds_are_listed_largest_first_not_by_name():
+    rep = SizeReport("i", 1_000_000_000, 1, (), (), (("torch", 700_000_000),),
+                     {"torch": {"python": 10_000_000, "native library": 500_000_000,
+                                "test file": 60_000_000, "static library": 40_000_000}}, ())
+    [row] = [ln for ln in text(views.size, rep).splitlines() if ln.startswith("torch")]
+    assert row.endswith("native library 0.50 GB, test file 60.0 MB, static library 40.0 MB")
+
+
+def test_the_policy_lines_are_printed_as_they_are_on_a_terminal(tmp_path):
+    """A key path is printed as it is: no markup read from it, no colours added to it."""
+    from imgbuild.catalog.registries import SignPolicy
+
+    buf = io.StringIO()
+    out = Output(False, Console(file=buf, width=300, force_terminal=True,
+                                color_system="standard", soft_wrap=True),
+                 Console(file=io.StringIO()))
+    policy = SignPolicy(where=str(tmp_path / "images" / "registries.yaml"),
+                        key="/keys/[prod]/pub.pem")
+    views.signature_policy(out, policy, "r.example/team/img",
+                           [_v("r", "sha256:1", ("signature", True, "k"))])
+    views.signature_policy(out, None, "r.example/team/img", [])
+    said = buf.getvalue()
+    assert "--key /keys/[prod]/pub.pem" in said
+    assert "\x1b[" not in said
