@@ -18,14 +18,7 @@ from imgbuild.errors import InputError
 from imgbuild.payload.preflight import ModelFacts
 from imgbuild.pipeline import preflight as pipeline
 
-from .conftest import checkout_workspace
-
 RECORDED = Path(__file__).parent / "fixtures" / "nvidia-smi" / "rtx-pro-6000-8x-ok"
-
-
-@pytest.fixture(scope="module")
-def ws():
-    return checkout_workspace()
 
 
 @pytest.fixture

@@ -79,7 +79,6 @@ def test_the_references_are_the_reviewed_ones():
     """What a user reads in `--help` and on the reference pages changes only where a reviewer
     saw it change: each page as generated is the one in tests/golden/reference/ (`make golden`
     records it after a change meant to give new text)."""
-    import difflib
     import sys
 
     from . import golden
@@ -88,11 +87,7 @@ def test_the_references_are_the_reviewed_ones():
     assert set(got) == set(want), "pages: make golden"
     if sys.version_info[:2] != golden.REFERENCE_PYTHON:  # argparse lays out usage its own way
         del got["cli.md"], want["cli.md"]
-    stale = {name: "".join(list(difflib.unified_diff(
-        want[name].splitlines(True), got[name].splitlines(True), f"golden/{name}",
-        f"generated/{name}"))[:40]) for name in got if got[name] != want[name]}
-    assert not stale, ("the generated reference differs from the reviewed one (`make golden` "
-                       "records it, if the change is meant):\n" + "\n".join(stale.values()))
+    assert not (said := golden.differences(got, want, "generated")), said
 
 
 def test_the_usage_lines_do_not_depend_on_the_terminal(monkeypatch):

@@ -135,17 +135,11 @@ def test_the_report_and_its_page_are_the_reviewed_ones():
     claim): a cell may say no more than the plan, the kernel record and the catalog hold.
     Collected here, not taken from the module's fixture: a test that reads a cached report
     runs none of the code that made it (mutation testing picks the tests that do)."""
-    import difflib
-
     from . import golden
 
     got = golden.report_pages(ROOT / "images", ROOT / "lockfiles")
     want = golden.recorded_report()
-    stale = {name: "".join(list(difflib.unified_diff(
-        want.get(name, "").splitlines(True), page.splitlines(True), f"golden/{name}",
-        f"collected/{name}"))[:60]) for name, page in got.items() if want.get(name) != page}
-    assert not stale, ("the report differs from the reviewed one (`make golden` records it, if "
-                       "the change is meant):\n" + "\n".join(stale.values()))
+    assert not (said := golden.differences(got, want, "collected")), said
 
 
 class _Tags(HTMLParser):

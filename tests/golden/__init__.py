@@ -76,6 +76,18 @@ def recorded_report() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(REPORT.iterdir())}
 
 
+def differences(got: dict[str, str], want: dict[str, str], what: str) -> str:
+    """The first lines of each page's diff from its recorded copy, with the way out; "" when
+    every page is the recorded one."""
+    import difflib
+
+    stale = ["".join(list(difflib.unified_diff(
+        want.get(name, "").splitlines(True), page.splitlines(True), f"golden/{name}",
+        f"{what}/{name}"))[:60]) for name, page in got.items() if want.get(name) != page]
+    return (f"the {what} pages differ from the reviewed ones (`make golden` records them, if "
+            "the change is meant):\n" + "\n".join(stale)) if stale else ""
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     tags = compute(root / "images", root / "lockfiles")
