@@ -100,9 +100,9 @@ clean:
 	rm -rf .venv .pytest_cache
 
 # Record every shipped target's content tag (tests/golden/content-tags.json), the generated
-# reference pages (tests/golden/reference/) and the compatibility report of two targets
-# (tests/golden/report/), after a change meant to give new tags, text or claims; the tests
-# fail on any other change of them.
+# reference pages (tests/golden/reference/), the compatibility report of two targets
+# (tests/golden/report/) and the CI matrix documents (tests/golden/matrix/), after a change
+# meant to give new tags, text or claims; the tests fail on any other change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write
 

@@ -14,6 +14,11 @@ reviewer saw it change (the site itself is still generated when it is built). Th
 line's usage lines are argparse's, whose layout differs between Python minors: REFERENCE_PYTHON
 says which one made them.
 
+tests/test_matrix.py compares the CI matrix documents of the shipped targets (`imgbuild matrix
+--format json|github|bake`, for a registry repository) with matrix/ here: each job's runner,
+refs, lock and base, the workflow's matrix values, and each Bake target's Dockerfile, labels,
+index flags and cache entries are what CI reads, and a change to any is seen in review.
+
 tests/test_report.py compares the compatibility report of tiny-cpu and sglang-blackwell
 without a registry (its JSON and its page) with report/ here: a cell says what it may claim
 from the plan, the lock's kernel record and the failure catalog, and a change to any claim is
@@ -31,6 +36,8 @@ REFERENCES = Path(__file__).with_name("reference")
 REFERENCE_PYTHON = (3, 11)  # the dev venv's (Makefile PYTHON)
 REPORT = Path(__file__).with_name("report")
 REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
+MATRIX = Path(__file__).with_name("matrix")
+MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
@@ -72,6 +79,29 @@ def report_pages(images: Path, lockfiles: Path) -> dict[str, str]:
             "page.html": report_html.render(r)}
 
 
+def matrix_documents(images: Path, lockfiles: Path) -> dict[str, str]:
+    """`imgbuild matrix` in each format for MATRIX_REPOSITORY, on a host with no mirror index:
+    the Bake file's index flags name a mirror the host's environment names."""
+    import os
+
+    from imgbuild.ci import matrix
+    from imgbuild.lock.wheels import MIRROR_VARS
+    from imgbuild.workspace import Workspace
+
+    saved = {v: os.environ.pop(v) for v in MIRROR_VARS if v in os.environ}
+    try:
+        ws = Workspace(images, lockfiles)
+        return {f"{fmt}.json": json.dumps(matrix.document(ws, fmt, repository=MATRIX_REPOSITORY),
+                                          indent=1, sort_keys=True) + "\n"
+                for fmt in ("json", "github", "bake")}
+    finally:
+        os.environ.update(saved)
+
+
+def recorded_matrix() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(MATRIX.glob("*.json"))}
+
+
 def recorded_report() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(REPORT.iterdir())}
 
@@ -106,6 +136,9 @@ def main(argv: list[str]) -> int:
         REPORT.mkdir(exist_ok=True)
         for name, page in report_pages(root / "images", root / "lockfiles").items():
             (REPORT / name).write_text(page)
+        MATRIX.mkdir(exist_ok=True)
+        for name, page in matrix_documents(root / "images", root / "lockfiles").items():
+            (MATRIX / name).write_text(page)
     sys.stdout.write(text)
     return 0
 
