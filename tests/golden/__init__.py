@@ -19,6 +19,9 @@ tests/test_matrix.py compares the CI matrix documents of the shipped targets (`i
 refs, lock and base, the workflow's matrix values, and each Bake target's Dockerfile, labels,
 index flags and cache entries are what CI reads, and a change to any is seen in review.
 
+tests/test_decisions_views_checks.py compares what `imgbuild doctor`, `doctor --host` and
+`patches` show people (on a terminal and in a pipe) with views/ here.
+
 tests/test_report.py compares the compatibility report of tiny-cpu and sglang-blackwell
 without a registry (its JSON and its page) with report/ here: a cell says what it may claim
 from the plan, the lock's kernel record and the failure catalog, and a change to any claim is
@@ -37,6 +40,7 @@ REFERENCE_PYTHON = (3, 11)  # the dev venv's (Makefile PYTHON)
 REPORT = Path(__file__).with_name("report")
 REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
 MATRIX = Path(__file__).with_name("matrix")
+VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_checks.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -136,6 +140,13 @@ def main(argv: list[str]) -> int:
         REPORT.mkdir(exist_ok=True)
         for name, page in report_pages(root / "images", root / "lockfiles").items():
             (REPORT / name).write_text(page)
+        from tests.test_decisions_views_checks import pages
+
+        VIEWS.mkdir(exist_ok=True)
+        for old in VIEWS.glob("*.txt"):
+            old.unlink()
+        for name, page in pages().items():
+            (VIEWS / name).write_text(page)
         MATRIX.mkdir(exist_ok=True)
         for name, page in matrix_documents(root / "images", root / "lockfiles").items():
             (MATRIX / name).write_text(page)

@@ -1,0 +1,220 @@
+"""What `imgbuild doctor`, `doctor --host`, `check-model` and `patches` show people, as
+reviewed.
+
+Each view is rendered from real inputs (the recorded server logs in tests/fixtures/logs, the
+recorded Engines in tests/fixtures/engines, the shipped patch set and engine facts, checkpoints
+in the shapes tests/test_checkmodel.py builds) as a terminal shows
+it (panels, colours: ANSI codes, read them with `less -R`) and as a pipe or CI log gets it
+(plain lines, never cut). tests/golden/views/ holds the pages as last reviewed; `make golden`
+records them after a change meant to change what people read.
+
+tests/test_doctor.py, tests/test_engine_facts.py and tests/test_checkmodel.py check what each
+report finds; this file checks how it is said.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from imgbuild.catalog.failures import load_failures
+from imgbuild.checks import checkmodel as cm
+from imgbuild.checks import doctor
+from imgbuild.checks.patches import PatchReport, PatchResult, listing
+from imgbuild.cli.console import Output
+from imgbuild.cli.views import checks as views
+from imgbuild.image.daemon import DockerCLI
+from imgbuild.image.engine import (
+    buildx_driver_from,
+    buildx_version_from,
+    decide,
+    facts_from,
+    release,
+)
+
+from . import golden
+from .conftest import ROOT, checkout_workspace
+from .test_checkmodel import ct_now, moe_config, moe_names, qwen3_next_checkpoint
+
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+ENGINES = ROOT / "tests" / "fixtures" / "engines"
+WIDTH = 100
+# Logs chosen for what their report shows: two failures (an error before a warning), ranks
+# (TP0, TP1), a failure seen more than once, and no known failure.
+DOCTOR_LOGS = ("two-failures.log", "nccl-shm.log", "sglang-memory-unbalanced.log",
+               "benign.log")
+
+
+def _consoles(terminal: bool) -> tuple[Console, io.StringIO, Console, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    kw = dict(width=WIDTH, force_terminal=terminal, color_system="standard" if terminal
+              else None, legacy_windows=False, _environ={})
+    return Console(file=out, **kw), out, Console(file=err, **kw), err
+
+
+def _shown(view, *args, terminal: bool) -> str:
+    c, out, e, err = _consoles(terminal)
+    view(Output(False, c, e), *args)
+    return out.getvalue() + (f"--- stderr ---\n{err.getvalue()}" if err.getvalue() else "")
+
+
+def _facts(info: str, version: str, buildx: bool = True):
+    version_doc = json.loads((ENGINES / version).read_text())
+    v = version_doc["Client"]["Version"]
+    cli = DockerCLI("/usr/bin/docker", v, 0 < release(v)[0] < 23)
+    return facts_from(json.loads((ENGINES / info).read_text()), version_doc, cli,
+                      buildx_version_from((ENGINES / "buildx-version.txt").read_text())
+                      if buildx else None,
+                      buildx_driver_from((ENGINES / "buildx-inspect.txt").read_text())
+                      if buildx else None, host="unix:///test.sock")
+
+
+def pages() -> dict[str, str]:
+    """Every page, by file name."""
+    out: dict[str, str] = {}
+    failures = load_failures(ROOT / "images")
+    for name in DOCTOR_LOGS:
+        report = doctor.doctor(failures, str(LOGS / name))
+        report = doctor.DoctorReport(f"tests/fixtures/logs/{name}", report.diagnoses,
+                                     report.engine)
+        stem = name.removesuffix(".log")
+        out[f"doctor-{stem}.terminal.txt"] = _shown(views.doctor_report, report, terminal=True)
+        out[f"doctor-{stem}.plain.txt"] = _shown(views.doctor_report, report, terminal=False)
+    # Said by the user: the engine is named beside the source.
+    report = doctor.doctor(failures, str(LOGS / "nccl-shm.log"),
+                           engine=doctor.engine_given("sglang==0.5.16", failures))
+    out["doctor-engine-given.plain.txt"] = _shown(
+        views.doctor_report, doctor.DoctorReport("server.log", report.diagnoses, report.engine),
+        terminal=False)
+    for name, info, version, buildx in (
+            ("containerd", "info-26-containerd.json", "version-26-containerd.json", True),
+            ("classic", "info-26-classic.json", "version-26-classic.json", True),
+            ("bookworm", "info-20.10.json", "version-20.10.json", True),
+            ("refused", "info-20.10.json", "version-client28-server20.10.json", False)):
+        f = _facts(info, version, buildx)
+        out[f"doctor-host-{name}.plain.txt"] = _shown(views.doctor_host, f, decide(f),
+                                                       terminal=False)
+    ws = checkout_workspace()
+    out["patches-sglang-0516-blackwell.plain.txt"] = _shown(
+        views.patches, listing(ws, "sglang-0516-blackwell"), terminal=False)
+    out["patches-tiny-cpu.plain.txt"] = _shown(views.patches, listing(ws, "tiny-cpu"),
+                                               terminal=False)
+    # Each status a check can give, with its style on a terminal.
+    checked = PatchReport("t", True, tuple(
+        PatchResult(f"p-{s}", s, f"detail of {s} [not markup]", "pkg",
+                    None if s == "not-applicable" else "1.0", "<2" if s == "applies" else None,
+                    ("a.py",), f"https://example.org/{s}", f"fixes {s}")
+        for s in ("applies", "obsolete", "fails", "not-applicable", "unchecked")))
+    out["patches-checked.terminal.txt"] = _shown(views.patches, checked, terminal=True)
+    out.update(check_model_pages(ws))
+    return out
+
+
+def _moe_checkpoint(d: Path) -> Path:
+    """An MoE checkpoint's config.json and index (no weights): two layers of 12 NVFP4 experts,
+    attention in bf16, and ignore entries that name a parent (an expert, a whole MLP)."""
+    tensors, _ = moe_names(2, 12)
+    ignore = [f"model.language_model.layers.{n}.self_attn.{a}" for n in range(2)
+              for a in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    ignore += ["model.language_model.layers.0.mlp.experts.1", "model.language_model.layers.1.mlp"]
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(moe_config(ignore)))
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {t: "model.safetensors" for t in tensors}}))
+    return d
+
+
+def check_model_pages(ws) -> dict[str, str]:
+    """check-model on checkpoints made in a scratch directory, named relative to it (the pages
+    hold no machine's path)."""
+    out: dict[str, str] = {}
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="imgbuild-views-") as d:
+        os.chdir(d)
+        try:
+            qwen3_next_checkpoint(Path("qwen3-next"))
+            _moe_checkpoint(Path("moe"))
+            # Fused projections without a mapping, fixed: the fused names added.
+            r = cm.check_model(ws, "qwen3-next", "sglang-0516-blackwell", "fixed",
+                               ct_formats=ct_now())
+            out["check-model-fused-fix.terminal.txt"] = _shown(views.check_model, r,
+                                                              terminal=True)
+            # Parent entries on the patched engine: no finding; the fix still collapses them.
+            r = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
+                               ct_formats=ct_now())
+            out["check-model-parents-fix.plain.txt"] = _shown(views.check_model, r,
+                                                             terminal=False)
+            # The same checkpoint on SGLang 0.5.16 as released: the substring matcher.
+            released = replace(ws.catalog.target("sglang-0516-blackwell"), patches=())
+            ck = cm.load_checkpoint(Path("moe"))
+            r = cm.Report("moe", released.name, cm.target_behaviour(released, ws.engines), ck,
+                          tuple(cm.check(ck, target=released, catalog=ws.catalog,
+                                         engines=ws.engines, ct_formats=ct_now())))
+            out["check-model-parents-released.terminal.txt"] = _shown(views.check_model, r,
+                                                                     terminal=True)
+            # --image: what the image's engine answered, three ways.
+            base = dict(engine="sglang", version="0.5.16", archs=["sm100", "sm120"],
+                        modules_checked=72)
+            for name, answer in (
+                    ("ok", base | {"ok": True}),
+                    ("mismatch", base | {"ok": False, "mismatches": [
+                        {"module": f"model.layers.{n}.mlp", "arch": "sm120",
+                         "declared": "nvfp4", "got": None if n else "fp8",
+                         "error": "no kernel" if n == 1 else None} for n in range(12)]}),
+                    ("failed", base | {"ok": False, "version": None, "archs": None,
+                                       "modules_checked": 0, "error": "ImportError: x"})):
+                out[f"check-model-in-image-{name}.plain.txt"] = _shown(
+                    views.check_model, replace(r, in_image=answer, image="reg/img:t"),
+                    terminal=False)
+        finally:
+            os.chdir(here)
+    return out
+
+
+def recorded() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(golden.VIEWS.glob("*.txt"))}
+
+
+def test_the_pages_people_read_are_the_reviewed_ones():
+    got = pages()
+    assert not (said := golden.differences(got, recorded(), "views")), said
+    assert set(recorded()) <= set(got), "a recorded page nothing makes: `make golden` drops it"
+
+
+def test_a_terminal_shows_panels_and_a_pipe_plain_lines_never_cut():
+    got = pages()
+    terminal, plain = got["doctor-two-failures.terminal.txt"], got["doctor-two-failures.plain.txt"]
+    assert "╭" in terminal and "\x1b[" in terminal
+    assert "╭" not in plain and "\x1b[" not in plain
+    assert plain.startswith("2 known failures found in tests/fixtures/logs/two-failures.log "
+                            "(written by SGLang: line 15)\n")
+    assert max(len(ln) for ln in plain.splitlines()) > WIDTH  # a long line stays whole
+
+
+def test_the_json_report_is_the_reports_own_dict(capsys):
+    failures = load_failures(ROOT / "images")
+    report = doctor.doctor(failures, str(LOGS / "two-failures.log"))
+    views.doctor_report(Output(True, Console(file=io.StringIO()), Console(file=io.StringIO())),
+                        report)
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(report.to_dict()))
+
+
+def test_an_evidence_line_is_labelled_by_its_rank_and_role():
+    E = doctor.Evidence
+    assert views._evidence_label(E(1, "x", "match")) == ""
+    assert views._evidence_label(E(1, "x", "match", rank="0")) == " (TP0)"
+    assert views._evidence_label(E(1, "x", "context", rank="3")) == " (TP3, context)"
+    assert views._evidence_label(E(1, "x", "engine")) == " (engine)"
+
+
+def test_recorded_pages_exist_for_each_view():
+    names = set(recorded())
+    for prefix in ("doctor-", "doctor-host-", "patches-", "check-model-"):
+        assert any(n.startswith(prefix) for n in names), prefix
+    assert Path(golden.VIEWS).is_dir()
