@@ -5,6 +5,8 @@ says from the version ranges alone. No network, no Docker."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from imgbuild.catalog.patches import Patch, Variant
@@ -87,3 +89,94 @@ def test_only_a_failing_patch_fails_the_job(statuses, failed):
     assert patches.failed(rs) is failed
     assert patches.PatchReport("t", True, tuple(rs)).failed is failed
     assert patches.to_dict(rs)["ok"] is (not failed)
+
+
+def test_a_result_carries_the_patch_and_the_decision_field_by_field(tmp_path):
+    site = make_site(tmp_path)
+    p = replace(_patch(), upstream="https://example.org/pr/1", fixes="the substring match")
+    (r,) = patches.check_site([p], site)
+    assert r == patches.PatchResult("demo-fix", "applies", "applies cleanly", "demo", "1.2.0",
+                                    ">=1.0,<2", ("demo/mod.py",), "https://example.org/pr/1",
+                                    "the substring match")
+    # A decision that names no file (out of range): the patch's own files are listed.
+    (r,) = patches.check_site([p], make_site(tmp_path / "v3", version="3.0"))
+    assert (r.status, r.files, r.variant) == ("not-applicable", ("demo/mod.py",), None)
+
+
+def test_after_applying_only_the_patchs_own_files_record_problems_fail_it(tmp_path, monkeypatch):
+    """The patcher keeps RECORD right; this is the guard against it not doing so. A problem in
+    a file the patch did not change is the wheel's, not the patch's."""
+    from imgbuild.payload import patcher
+
+    site = make_site(tmp_path)
+    monkeypatch.setattr(patcher, "verify_record", lambda dist, s: [
+        "demo/mod.py: sha256 differs", "demo/__init__.py: size differs",
+        "demo/mod.py: size 1 != 2"])
+    (r,) = patches.check_site([_patch(), _patch("other", versions=">=9")], site)[:1]
+    assert r.status == "fails"
+    assert r.detail == ("RECORD inconsistent after patching: demo/mod.py: sha256 differs; "
+                        "demo/mod.py: size 1 != 2")
+    monkeypatch.setattr(patcher, "verify_record", lambda dist, s: [
+        "demo/__init__.py: size differs"])
+    assert patches.check_site([_patch()], make_site(tmp_path / "b"))[0].status == "applies"
+
+
+def test_a_patch_that_applies_in_a_site_without_its_distribution_fails(tmp_path, monkeypatch):
+    from imgbuild.payload import patcher
+
+    site = make_site(tmp_path)
+    real_find, real_apply, applied = patcher.find_dist, patcher.apply, []
+
+    def apply(*a, **kw):
+        out = real_apply(*a, **kw)
+        applied.append(True)
+        return out
+
+    # Gone once applied: the check after the apply finds no distribution to verify.
+    monkeypatch.setattr(patcher, "apply", apply)
+    monkeypatch.setattr(patcher, "find_dist", lambda s, package: None if applied else
+                        real_find(s, package))
+    (r,) = patches.check_site([_patch()], site)
+    assert applied
+    assert (r.status, r.detail) == ("fails", "RECORD inconsistent after patching: not installed")
+
+
+def test_an_apply_error_fails_only_the_patches_that_applied(tmp_path, monkeypatch):
+    from imgbuild.payload import patcher
+
+    def refuse(docs, site, report):
+        raise patcher.PatchError("demo/mod.py: not in RECORD")
+
+    monkeypatch.setattr(patcher, "apply", refuse)
+    results = patches.check_site([_patch(), _patch("later", versions=">=9")],
+                                 make_site(tmp_path))
+    assert [(r.status, r.detail) for r in results] == [
+        ("fails", "demo/mod.py: not in RECORD"),
+        ("obsolete", results[1].detail)]  # the first one's change is seen: left as decided
+    assert results[1].detail != "demo/mod.py: not in RECORD"
+
+
+def test_listing_says_which_patches_the_lock_leaves_out_or_puts_out_of_range(monkeypatch):
+    ws = Workspace.open(None, None, None)
+    p = _patch()
+    absent = replace(p, id="absent", package="no-such-package", upstream="u1", fixes="f1")
+    out = replace(p, id="out", package="sglang", versions="<0.5", upstream="u2", fixes="f2",
+                  variants=(Variant("<0.5", p.variants[0].diff, "<test>"),))
+    inside = replace(p, id="in", package="sglang", versions=">=0.5.7,<0.5.17", upstream="u3",
+                     fixes="f3", variants=(Variant(">=0.5.7,<0.5.17", p.variants[0].diff,
+                                                   "<test>"),))
+    monkeypatch.setattr(patches, "target_patches", lambda target, known: [absent, out, inside])
+    report = patches.listing(ws, "sglang-0516-blackwell")
+    assert report.target == "sglang-0516-blackwell" and report.checked is False
+    assert report.results == (
+        patches.PatchResult("absent", "not-applicable", "no-such-package is not in the lock",
+                            "no-such-package", upstream="u1", fixes="f1"),
+        patches.PatchResult("out", "unchecked", "sglang 0.5.16 is outside <0.5; `--check` tells "
+                            "obsolete from not-applicable", "sglang", "0.5.16", None,
+                            ("demo/mod.py",), "u2", "f2"),
+        patches.PatchResult("in", "unchecked", "sglang 0.5.16 is in >=0.5.7,<0.5.17; `--check` "
+                            "applies it to the locked wheel", "sglang", "0.5.16",
+                            ">=0.5.7,<0.5.17", ("demo/mod.py",), "u3", "f3"))
+    monkeypatch.setattr(patches, "target_patches", lambda target, known: [])
+    assert patches.listing(ws, "sglang-0516-blackwell") == patches.PatchReport(
+        "sglang-0516-blackwell", False, ())
