@@ -242,3 +242,55 @@ def test_a_busy_host_refuses_a_start_but_not_a_dry_run(ws):
     # Nothing fits the hardware: refused even for a dry run.
     with pytest.raises(EnvError):
         run_mod.choose(ws, "k2.6", None, _host("b200-8x-driver-570"), starting=False)
+
+
+# -- what the report says ---------------------------------------------------------------------
+
+def test_the_report_says_every_field_and_the_doctor_only_for_a_failed_start():
+    from imgbuild.checks import doctor
+
+    d = doctor.Diagnosis("port-in-use", "t", "error", "c", "f", (doctor.Evidence(3, "x"),))
+    launch = _launch()
+    r = run_mod.RunReport("t", "k2.6", launch, "exited", preflight_where="here",
+                          image_action="pulled", phases=(("load", 1.5), ("ready", 9.0)),
+                          seconds=12.5, container_exit=3, diagnoses=(d,), log_tail=("a", "b"),
+                          files=("f.yaml",), kept=True, served="m", notes=("n",))
+    assert r.to_dict() == {
+        "target": "t", "model": "k2.6", "status": "exited", "image": "imgbuild:abc",
+        "container": "imgbuild-k2.6", "docker_run": launch.dry_run_line(),
+        "endpoint": "http://127.0.0.1:30001", "fit": None, "preflight": None,
+        "preflight_where": "here", "image_action": "pulled",
+        "phases": [{"phase": "load", "at_s": 1.5}, {"phase": "ready", "at_s": 9.0}],
+        "seconds": 12.5, "container_exit": 3, "served_model": "m",
+        "doctor": doctor.to_dict((d,)), "log_tail": ["a", "b"], "files": ["f.yaml"],
+        "kept": True, "notes": ["n"], "exit_code": EXIT_FAILED}
+    assert run_mod.RunReport("t", None, launch, "timeout", diagnoses=(d,)).to_dict()[
+        "doctor"] == doctor.to_dict((d,))
+    ready = run_mod.RunReport("t", None, launch, "ready", diagnoses=(d,)).to_dict()
+    assert ready["doctor"] is None and ready["exit_code"] == EXIT_OK
+
+
+def test_the_name_conflict_says_whose_container_it_is_word_for_word():
+    held = container.Holder("imgbuild-k2.6", "exited", 3, {run_mod.RUN_LABEL: "k2.6"})
+    err = run_mod._name_taken(held)
+    assert (err.message, err.facts, err.hint) == (
+        "cannot start imgbuild-k2.6: a container of an earlier `imgbuild run` holds the name",
+        ["imgbuild-k2.6: exited, exit code 3, serving k2.6"],
+        "read it with `docker logs imgbuild-k2.6` if it matters, then `docker rm imgbuild-k2.6` "
+        "and run again")
+    err = run_mod._name_taken(container.Holder("x", "running", 0, {}))
+    assert (err.message, err.facts, err.hint) == (
+        "cannot start x: a container imgbuild did not start has that name",
+        ["x: running, no imgbuild.run label; imgbuild leaves it alone"],
+        "rename it (`docker rename x x-old`) or remove it if it is yours to remove, then run "
+        "again")
+
+
+def test_the_model_cache_is_hf_home_else_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert run_mod.default_model_cache() == tmp_path / "hf"
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert run_mod.default_model_cache() == tmp_path / "home" / ".cache" / "huggingface"
+    monkeypatch.setenv("HF_HOME", "")  # set but empty: not a directory
+    assert run_mod.default_model_cache() == tmp_path / "home" / ".cache" / "huggingface"
