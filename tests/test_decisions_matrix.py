@@ -367,3 +367,17 @@ def test_the_recorded_documents_parse_and_check():
     """The reviewed Bake file is one Bake reads (a broken golden copy is no review)."""
     doc = json.loads((golden.MATRIX / "bake.json").read_text())
     assert matrix.check_bake(doc) == []
+
+
+def test_a_ref_whose_images_hold_a_link_out_of_the_checkout_is_refused_not_followed(repo):
+    (repo / "images" / "evil.yaml").symlink_to("/etc/passwd")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "a link out")
+    (repo / "images" / "evil.yaml").unlink()
+    with pytest.raises(InputError) as e:
+        matrix.jobs(Workspace(repo / "images", repo / "lockfiles"), changed_since="HEAD")
+    assert e.value.message == ("--changed-since HEAD: images/ or lockfiles/ at HEAD holds a "
+                               "file imgbuild will not unpack")
+    assert e.value.facts == ["'images/evil.yaml' is a link to an absolute path"]
+    assert e.value.hint == ("a spec or lock is a plain file; remove the link from the commit, "
+                            "or leave --changed-since out")

@@ -604,3 +604,29 @@ def test_a_complete_cache_entry_is_kept_and_a_broken_one_replaced(model_dir: Pat
     assert not smokemodel.is_complete(entry, SPEC, key)
     _publish(ours, entry, SPEC, key)
     assert smokemodel.is_complete(entry, SPEC, key) and not ours.exists()
+
+
+@pytest.mark.parametrize("layer", ["a link out", "not a tar"])
+def test_a_layer_that_cannot_be_unpacked_safely_is_refused_and_nothing_is_cached(
+        tmp_path: Path, layer: str) -> None:
+    """What a registry serves as a smoke model is read, never trusted to write outside the
+    scratch directory: a link out of it, or bytes that are no tar, is the tag's fault, said as
+    such, and the cache entry is not made."""
+    import io
+    import tarfile
+
+    from imgbuild.errors import JobFailed
+    from imgbuild.pipeline.smokemodel import _unpack
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("config.json")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tf.addfile(info)
+    data = buf.getvalue() if layer == "a link out" else b"this is no tar archive " * 40
+    entry = tmp_path / "cache" / "entry"
+    with pytest.raises(JobFailed) as e:
+        _unpack(data, entry, SPEC, "k", where="registry.example/smoke:k")
+    assert e.value.message == "registry.example/smoke:k does not hold the smoke model its tag names"
+    assert e.value.facts[0].startswith("its layer cannot be unpacked: ")
+    assert not entry.exists() and list((tmp_path / "cache").iterdir()) == []

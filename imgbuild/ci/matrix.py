@@ -201,8 +201,16 @@ def _changed(ws: Workspace, current: list[Job], ref: str, repository: str) -> li
         if arch.returncode != 0:
             raise InputError(f"--changed-since {ref}: git archive failed",
                              facts=[arch.stderr.decode(errors="replace").strip()[:300]])
-        with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
-            tf.extractall(td, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
+                # "data": a committed link that points outside images/ (or an absolute one)
+                # is refused, not followed out of the scratch directory.
+                tf.extractall(td, filter="data")
+        except tarfile.FilterError as e:
+            raise InputError(f"--changed-since {ref}: {images_rel}/ or {locks_rel}/ at {ref} "
+                             f"holds a file imgbuild will not unpack", facts=[str(e)],
+                             hint="a spec or lock is a plain file; remove the link from the "
+                                  "commit, or leave --changed-since out") from None
         # The same layers as now: a project at REF over the built-in catalog installed now.
         old = Workspace(Path(td) / images_rel, Path(td) / locks_rel, base=ws.base)
         try:

@@ -109,8 +109,16 @@ def _unpack(layer: bytes, path: Path, spec, key: str, *, where: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        with tarfile.open(fileobj=io.BytesIO(layer)) as tf:
-            tf.extractall(tmp / "m", filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(layer)) as tf:
+                tf.extractall(tmp / "m", filter="data")
+        except tarfile.TarError as e:
+            # Not a tar, or one with a link or path out of the scratch directory: what a
+            # registry serves is read, never trusted to write outside it.
+            raise JobFailed(f"{where} does not hold the smoke model its tag names",
+                            facts=[f"its layer cannot be unpacked: {e}"],
+                            hint="nothing was used; delete the tag, and a build makes it "
+                                 "anew") from None
         if not smokemodel.is_complete(tmp / "m", spec, key):
             raise JobFailed(f"{where} does not hold the smoke model its tag names",
                             hint="nothing was used; delete the tag, and a build makes it anew")
