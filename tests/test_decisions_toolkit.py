@@ -90,3 +90,71 @@ def test_an_engine_that_does_not_answer_info_is_not_refused():
 
     t = toolkit.engine_toolkit(Broken(), local=True)
     assert t.ok is None and "connection reset" in t.how
+
+
+# -- word for word: what `run` and `preflight` show of each verdict ----------------------------
+
+FACT = "Docker Engine 26.1.5+dfsg1: runtimes io.containerd.runc.v2, runc, default runc"
+HOOK = "nvidia-container-runtime-hook: not on this host's PATH"
+CDI = [{"Source": "cdi", "ID": f"nvidia.com/gpu={i}"} for i in range(5)]
+
+
+@pytest.mark.parametrize("edit, hook, local, want", [
+    ({"DefaultRuntime": "nvidia", "Runtimes": {"nvidia": {}}}, None, True, toolkit.Toolkit(
+        True, "the Engine's default runtime is nvidia",
+        ("Docker Engine 26.1.5+dfsg1: runtimes nvidia, default nvidia",))),
+    ({"Runtimes": {"runc": {}, "nvidia": {}}}, None, True, toolkit.Toolkit(
+        True, "the Engine has the nvidia runtime",
+        ("Docker Engine 26.1.5+dfsg1: runtimes nvidia, runc, default runc",))),
+    ({"DiscoveredDevices": CDI + ["not a device"]}, None, False, toolkit.Toolkit(
+        True, "the Engine's CDI specs name nvidia.com/gpu=0, nvidia.com/gpu=1, nvidia.com/gpu=2",
+        (FACT,))),
+    ({}, "/usr/bin/nvidia-container-runtime-hook", True, toolkit.Toolkit(
+        True, "the toolkit's hook is installed (/usr/bin/nvidia-container-runtime-hook), which "
+        "--gpus uses", (FACT,))),
+    ({}, "/usr/bin/nvidia-container-runtime-hook", False, toolkit.Toolkit(
+        None, "the Engine is not on this host: its toolkit's hook cannot be looked for here",
+        (FACT, "no nvidia.com/gpu CDI device discovered"))),
+    ({"DiscoveredDevices": [{"Source": "cdi", "ID": "docker.com/gpu=webgpu"},
+                            {"Source": "other", "ID": "nvidia.com/gpu=0"}, {"Source": "cdi"}]},
+     None, True, toolkit.Toolkit(False, "", (FACT, "CDI devices: docker.com/gpu=webgpu, ",
+                                             HOOK))),
+    ({"ServerVersion": None, "Runtimes": None, "DefaultRuntime": None}, None, True,
+     toolkit.Toolkit(False, "", ("Docker Engine ?: runtimes none, default runc",
+                                 "no nvidia.com/gpu CDI device discovered", HOOK))),
+])
+def test_each_verdict_word_for_word(edit, hook, local, want):
+    info = _json(NO_TOOLKIT[1]) | edit
+    assert toolkit.verdict(info, hook=hook, local=local) == want
+
+
+@pytest.mark.parametrize("gpus, said", [(1, "1 NVIDIA GPU,"), (2, "2 NVIDIA GPUs,"),
+                                        (8, "8 NVIDIA GPUs,")])
+def test_the_refusal_counts_the_gpus_and_says_the_way_out(gpus, said):
+    e = toolkit.refusal(toolkit.Toolkit(False, "", ("f1", "f2")), gpus)
+    assert e.message == (f"this host has {said} and its Docker Engine cannot give them to a "
+                         "container: the NVIDIA Container Toolkit is not set up for it")
+    assert e.facts == ["f1", "f2", "nothing was started"]
+    assert e.hint == ("install the NVIDIA Container Toolkit (nvidia-container-toolkit) and "
+                      f"register it with the Engine: `{toolkit.CONFIGURE}`; `docker run --rm "
+                      "--gpus all IMAGE nvidia-smi` then shows the GPUs")
+
+
+def test_the_engines_own_info_and_this_hosts_hook_are_what_is_judged(monkeypatch):
+    info = _json(NO_TOOLKIT[1])
+
+    class Client:
+        def info(self):
+            return info
+
+    looked = []
+    monkeypatch.setattr(toolkit.shutil, "which", lambda name: looked.append(name) or "/x/hook")
+    assert toolkit.engine_toolkit(Client(), local=True) == toolkit.verdict(
+        info, hook="/x/hook", local=True)
+    assert looked == [toolkit.HOOK]
+    assert toolkit.engine_toolkit(Client(), local=False).ok is None
+
+
+def test_a_pasted_value_with_a_colon_is_read_whole():
+    info = toolkit.info_from_text(" Server Version: 28.0.0:rc1\n Default Runtime: runc\n")
+    assert info == {"ServerVersion": "28.0.0:rc1", "DefaultRuntime": "runc"}
