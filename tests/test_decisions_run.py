@@ -294,3 +294,27 @@ def test_the_model_cache_is_hf_home_else_the_users_cache(monkeypatch, tmp_path):
     assert run_mod.default_model_cache() == tmp_path / "home" / ".cache" / "huggingface"
     monkeypatch.setenv("HF_HOME", "")  # set but empty: not a directory
     assert run_mod.default_model_cache() == tmp_path / "home" / ".cache" / "huggingface"
+
+
+@pytest.mark.parametrize("said, hint", [
+    ("could not select device driver", "the Engine has no NVIDIA runtime: install the NVIDIA "
+     "Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker`, then restart "
+     "dockerd"),
+    ("port is already allocated", "pick another port with --port, or stop what holds it"),
+    ("x", "see the docker client's message above"),
+])
+def test_the_start_hint_word_for_word(said, hint):
+    assert container._start_hint(said) == hint
+
+
+def test_a_port_a_listener_holds_is_taken_and_a_free_one_is_not():
+    """A real socket on this host: what `run` asks before it starts anything."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        said = container.port_taken(port)
+        assert said is not None and said.startswith(f"port {port} is in use on this host (")
+    assert container.port_taken(port) is None  # closed: free again
