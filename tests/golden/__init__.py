@@ -19,6 +19,9 @@ tests/test_matrix.py compares the CI matrix documents of the shipped targets (`i
 refs, lock and base, the workflow's matrix values, and each Bake target's Dockerfile, labels,
 index flags and cache entries are what CI reads, and a change to any is seen in review.
 
+tests/test_decisions_emit.py compares what `imgbuild run --emit k8s|compose` writes for a
+cluster or compose, for a few targets and options, with emit/ here.
+
 tests/test_decisions_views_checks.py compares what `imgbuild doctor`, `doctor --host` and
 `patches` show people (on a terminal and in a pipe) with views/ here.
 
@@ -41,6 +44,7 @@ REPORT = Path(__file__).with_name("report")
 REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
 MATRIX = Path(__file__).with_name("matrix")
 VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_checks.py
+EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -140,7 +144,15 @@ def main(argv: list[str]) -> int:
         REPORT.mkdir(exist_ok=True)
         for name, page in report_pages(root / "images", root / "lockfiles").items():
             (REPORT / name).write_text(page)
+        import shutil
+
+        from tests.test_decisions_emit import pages as emitted
         from tests.test_decisions_views_checks import pages
+
+        shutil.rmtree(EMIT, ignore_errors=True)
+        for name, text in emitted().items():
+            (EMIT / name).parent.mkdir(parents=True, exist_ok=True)
+            (EMIT / name).write_text(text)
 
         VIEWS.mkdir(exist_ok=True)
         for old in VIEWS.glob("*.txt"):
