@@ -102,8 +102,9 @@ clean:
 # Record every shipped target's content tag (tests/golden/content-tags.json), the generated
 # reference pages (tests/golden/reference/), the compatibility report of two targets
 # (tests/golden/report/), the CI matrix documents (tests/golden/matrix/), the pages
-# doctor, check-model and patches show (tests/golden/views/) and what `run --emit` writes
-# (tests/golden/emit/), after a change
+# doctor, check-model and patches show (tests/golden/views/), what `run --emit` writes
+# (tests/golden/emit/) and what each refusal of bad input says (tests/golden/refusals.json),
+# after a change
 # meant to give new tags, text or claims; the tests fail on any other change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write

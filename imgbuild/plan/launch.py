@@ -603,7 +603,9 @@ def k8s_docs(launch: Launch, *, gpus_per_node: int,
     leader. cluster: GKE's driver paths, RDMA between the nodes (a LeaderWorkerSet only)."""
     cluster = cluster or Cluster()
     if gpus_per_node < 1:
-        raise InputError(f"--gpus-per-node {gpus_per_node}: expected at least 1")
+        raise InputError(f"--gpus-per-node {gpus_per_node}: expected at least 1",
+                         hint="pass the number of GPUs one node of the cluster has, e.g. "
+                              "--gpus-per-node 8 (the default)")
     name = _k8s_name(launch.name)
     tp = launch.tensor_parallel if launch.gpus else 0
     base = list(launch.command)

@@ -22,6 +22,9 @@ index flags and cache entries are what CI reads, and a change to any is seen in 
 tests/test_decisions_emit.py compares what `imgbuild run --emit k8s|compose` writes for a
 cluster or compose, for a few targets and options, with emit/ here.
 
+tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
+facts, way out, exit code) with refusals.json here.
+
 tests/test_decisions_views_checks.py compares what `imgbuild doctor`, `doctor --host` and
 `patches` show people (on a terminal and in a pipe) with views/ here.
 
@@ -45,6 +48,7 @@ REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
 MATRIX = Path(__file__).with_name("matrix")
 VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_checks.py
 EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
+REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -147,8 +151,10 @@ def main(argv: list[str]) -> int:
         import shutil
 
         from tests.test_decisions_emit import pages as emitted
+        from tests.test_decisions_refusals import page as refusals
         from tests.test_decisions_views_checks import pages
 
+        REFUSALS.write_text(refusals())
         shutil.rmtree(EMIT, ignore_errors=True)
         for name, text in emitted().items():
             (EMIT / name).parent.mkdir(parents=True, exist_ok=True)
