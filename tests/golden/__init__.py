@@ -22,6 +22,9 @@ index flags and cache entries are what CI reads, and a change to any is seen in 
 tests/test_decisions_emit.py compares what `imgbuild run --emit k8s|compose` writes for a
 cluster or compose, for a few targets and options, with emit/ here.
 
+tests/test_decisions_views_plan.py compares what `imgbuild list` and `imgbuild plan` show
+(plain lines and JSON) with cli/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -49,6 +52,7 @@ MATRIX = Path(__file__).with_name("matrix")
 VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_checks.py
 EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
 REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
+CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -153,8 +157,13 @@ def main(argv: list[str]) -> int:
         from tests.test_decisions_emit import pages as emitted
         from tests.test_decisions_refusals import page as refusals
         from tests.test_decisions_views_checks import pages
+        from tests.test_decisions_views_plan import pages as cli_pages
 
         REFUSALS.write_text(refusals())
+        shutil.rmtree(CLI, ignore_errors=True)
+        CLI.mkdir()
+        for name, text in cli_pages().items():
+            (CLI / name).write_text(text)
         shutil.rmtree(EMIT, ignore_errors=True)
         for name, text in emitted().items():
             (EMIT / name).parent.mkdir(parents=True, exist_ok=True)
