@@ -134,49 +134,40 @@ def differences(got: dict[str, str], want: dict[str, str], what: str) -> str:
             "the change is meant):\n" + "\n".join(stale)) if stale else ""
 
 
+def _rewrite(folder: Path, pages: dict[str, str]) -> None:
+    """folder holds exactly `pages` (NAME or SUBDIR/NAME): a page nothing makes any more goes."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    for name, page in pages.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(page)
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
-    tags = compute(root / "images", root / "lockfiles")
+    images, lockfiles = root / "images", root / "lockfiles"
+    tags = compute(images, lockfiles)
     text = json.dumps(tags, indent=2, sort_keys=True) + "\n"
     if "--write" in argv:
+        # The pages made by the test modules that check them (each says what its pages are).
+        from tests.test_decisions_emit import pages as emitted
+        from tests.test_decisions_refusals import page as refusals
+        from tests.test_decisions_views_checks import pages as views
+        from tests.test_decisions_views_plan import pages as cli_pages
+
         FILE.write_text(text)
         if sys.version_info[:2] != REFERENCE_PYTHON:
             sys.stderr.write(f"reference pages not written: argparse's layout is Python "
                              f"{'.'.join(map(str, REFERENCE_PYTHON))}'s (the dev venv's)\n")
         else:
-            REFERENCES.mkdir(exist_ok=True)
-            for old in REFERENCES.glob("*.md"):
-                old.unlink()
-            for name, page in references(root).items():
-                (REFERENCES / name).write_text(page)
-        REPORT.mkdir(exist_ok=True)
-        for name, page in report_pages(root / "images", root / "lockfiles").items():
-            (REPORT / name).write_text(page)
-        import shutil
-
-        from tests.test_decisions_emit import pages as emitted
-        from tests.test_decisions_refusals import page as refusals
-        from tests.test_decisions_views_checks import pages
-        from tests.test_decisions_views_plan import pages as cli_pages
-
+            _rewrite(REFERENCES, references(root))
+        _rewrite(REPORT, report_pages(images, lockfiles))
+        _rewrite(MATRIX, matrix_documents(images, lockfiles))
+        _rewrite(VIEWS, views())
+        _rewrite(EMIT, emitted())
+        _rewrite(CLI, cli_pages())
         REFUSALS.write_text(refusals())
-        shutil.rmtree(CLI, ignore_errors=True)
-        CLI.mkdir()
-        for name, text in cli_pages().items():
-            (CLI / name).write_text(text)
-        shutil.rmtree(EMIT, ignore_errors=True)
-        for name, text in emitted().items():
-            (EMIT / name).parent.mkdir(parents=True, exist_ok=True)
-            (EMIT / name).write_text(text)
-
-        VIEWS.mkdir(exist_ok=True)
-        for old in VIEWS.glob("*.txt"):
-            old.unlink()
-        for name, page in pages().items():
-            (VIEWS / name).write_text(page)
-        MATRIX.mkdir(exist_ok=True)
-        for name, page in matrix_documents(root / "images", root / "lockfiles").items():
-            (MATRIX / name).write_text(page)
     sys.stdout.write(text)
     return 0
 
