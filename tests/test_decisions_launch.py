@@ -361,3 +361,82 @@ def test_multi_node_flags_must_tell_every_node_its_place(tmp_path):
     def none(d):
         d["engines"]["sglang"]["multi_node"] = None
     assert _load_edited(tmp_path / "c", none).engine("sglang").multi_node is None
+
+
+# --- launch_for's refusals, word for word ----------------------------------------------------
+
+def _ws():
+    from .conftest import checkout_workspace
+    return checkout_workspace()
+
+
+def _plan(ws, target="tiny-cpu", model=None, **changes):
+    from imgbuild.plan.decide import make_plan
+    return dataclasses.replace(make_plan(ws, target, model=model, resolve=False), **changes)
+
+
+def test_a_target_with_no_model_and_no_smoke_model_has_nothing_to_serve():
+    ws = _ws()
+    with pytest.raises(InputError) as e:
+        L.launch_for(_plan(ws, smoke_model=None), None, ws.launch)
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "cannot serve from tiny-cpu: target 'tiny-cpu' names no model, and the image carries "
+        "no model", ["target 'tiny-cpu' has no smoke model"],
+        "name a model profile (--model ALIAS)")
+
+
+def test_a_generated_model_other_than_the_images_smoke_model_is_refused():
+    ws = _ws()
+    other = dataclasses.replace(ws.model("tiny-nvfp4"), alias="tiny-other")
+    with pytest.raises(InputError) as e:
+        L.launch_for(_plan(ws), other, ws.launch)
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "cannot serve from tiny-cpu: model 'tiny-other' is generated, and the image carries "
+        "only its smoke model 'tiny-nvfp4'",
+        [f"{ws.launch.models.smoke_model} in the image is the smoke model (tiny-nvfp4)"],
+        "name a model profile with a hub or local checkpoint (--model ALIAS), or serve the "
+        "smoke model: --model tiny-nvfp4")
+
+
+def test_a_revision_an_engine_cannot_pin_is_refused_and_one_it_can_is_passed():
+    ws = _ws()
+    k26 = dataclasses.replace(ws.model("k2.6"), revision="abc123")
+    plan = _plan(ws, "sglang-blackwell", "k2.6")
+    got = L.launch_for(plan, k26, ws.launch)
+    flag = ws.launch.engine("sglang").revision_flag
+    assert got.command[got.command.index(flag) + 1] == "abc123"
+    table = dataclasses.replace(ws.launch, engines=ws.launch.engines | {
+        "sglang": dataclasses.replace(ws.launch.engine("sglang"), revision_flag=None)})
+    with pytest.raises(InputError) as e:
+        L.launch_for(plan, k26, table)
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        f"{k26.path}: revision: abc123 cannot be passed to sglang",
+        [f"{table.source}: engines.sglang has no revision_flag"],
+        "drop revision: or download that revision and name the directory")
+
+
+def test_the_container_is_named_for_the_model_and_labelled_with_target_and_model():
+    ws = _ws()
+    got = L.launch_for(_plan(ws, "sglang-blackwell", "k2.6"), ws.model("k2.6"), ws.launch)
+    assert got.name == "imgbuild-k2.6"
+    assert dict(got.labels) == {"imgbuild.target": "sglang-blackwell", "imgbuild.model": "k2.6"}
+    assert (got.engine, got.target, got.model_source, got.tensor_parallel) == (
+        "sglang", "sglang-blackwell", "hub", 8)
+    assert dict(got.env_set_by)[ws.launch.models.hf_cache_env] == "the model cache's mount"
+    smoke = L.launch_for(_plan(ws), None, ws.launch)
+    assert dict(smoke.labels) == {"imgbuild.target": "tiny-cpu", "imgbuild.model": "tiny-nvfp4"}
+    assert smoke.model_source == "smoke" and smoke.tensor_parallel == 1
+    assert ws.launch.models.hf_cache_env not in dict(smoke.env_set_by)
+    with pytest.raises(InputError) as e:
+        L.launch_for(_plan(ws), None, ws.launch, name="-x")
+    assert (e.value.message, e.value.hint) == (
+        "container name '-x': docker takes letters, digits, '_', '.' and '-', starting with a "
+        "letter or digit", "pick another --name")
+    assert L.launch_for(_plan(ws), None, ws.launch, name="Ab.c_d-1").name == "Ab.c_d-1"
+
+
+def test_an_alias_docker_cannot_name_a_container_by_is_made_one_it_can():
+    ws = _ws()
+    odd = dataclasses.replace(ws.model("k2.6"), alias="-.my model/v1._")
+    got = L.launch_for(_plan(ws, "sglang-blackwell", "k2.6"), odd, ws.launch)
+    assert got.name == "imgbuild-my-model-v1"

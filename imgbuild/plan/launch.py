@@ -266,8 +266,9 @@ def launch_for(plan: Plan, profile: ModelProfile | None, table: LaunchTable, *,
             what = f"model '{profile.alias}' is generated" if profile else \
                 f"target '{plan.target}' names no model"
             raise InputError(
-                f"cannot serve from {plan.target}: {what}, and the image carries only "
-                + (f"its smoke model '{plan.smoke_model}'" if plan.smoke_model else "no model"),
+                f"cannot serve from {plan.target}: {what}, and the image carries "
+                + (f"only its smoke model '{plan.smoke_model}'" if plan.smoke_model
+                   else "no model"),
                 facts=[f"{src.smoke_model} in the image is the smoke model ({plan.smoke_model})"
                        if plan.smoke_model else f"target '{plan.target}' has no smoke model"],
                 hint="name a model profile with a hub or local checkpoint (--model ALIAS), or "
