@@ -318,3 +318,54 @@ def test_a_port_a_listener_holds_is_taken_and_a_free_one_is_not():
         said = container.port_taken(port)
         assert said is not None and said.startswith(f"port {port} is in use on this host (")
     assert container.port_taken(port) is None  # closed: free again
+
+
+# -- the trust root an admission policy carries -------------------------------------------------
+
+def test_a_trust_root_becomes_the_plain_text_of_its_file_in_its_order():
+    """Sigstore's recorded public-good trust root (tests/data/sigstore): every CA with its
+    subject (from its root certificate where the file names none), each log with its key,
+    hash and the end of its window."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from imgbuild.image import keyless
+
+    pgi = Path(__file__).parent / "data" / "sigstore" / "trusted_root_pgi.json"
+    root = keyless.load_trust_root(pgi.read_bytes(), str(pgi))
+    t = run_mod.trust_data(root)
+    assert t.source == str(pgi)
+    assert len(t.cas) == len(root.cas) and len(t.tlogs) == len(root.tlogs)
+    assert len(t.ctlogs) == len(root.ctlogs)
+    for got, ca in zip(t.cas, root.cas):
+        assert got.chain == tuple(c.public_bytes(serialization.Encoding.PEM).decode()
+                                  for c in ca.chain)
+        assert (got.organization, got.common_name, got.uri) == (
+            ca.organization, ca.common_name, ca.uri)
+    for got, k in zip(t.tlogs + t.ctlogs, root.tlogs + root.ctlogs):
+        assert (got.base_url, got.hash_algorithm) == (k.name, k.hash_algorithm)
+        assert got.end == (k.valid.end.isoformat(timespec="seconds") if k.valid.end else None)
+    assert any(x.end is None for x in t.tlogs) and any(x.end for x in t.tlogs + t.ctlogs)
+    # A CA the file names no subject for: its root certificate's.
+    bare = replace(root, cas=tuple(replace(c, organization="", common_name="")
+                                   for c in root.cas))
+    for got, ca in zip(run_mod.trust_data(bare).cas, root.cas):
+        last = ca.chain[-1].subject
+        assert got.organization == ", ".join(
+            str(a.value) for a in last.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME))
+        assert got.common_name == ", ".join(
+            str(a.value) for a in last.get_attributes_for_oid(x509.NameOID.COMMON_NAME))
+        assert got.organization and got.common_name
+
+
+def test_a_comment_is_wrapped_at_90_and_never_inside_a_hyphenated_name():
+    name = "imgbuild-" + "-".join(["part"] * 7)  # 43 characters, across the 90th column
+    text = run_mod._comment("x " * 35 + name + " and more words" * 8)
+    lines = text.splitlines()
+    assert all(ln.startswith("# ") for ln in lines)
+    assert lines[0] == "# " + ("x " * 35).strip()  # the name is not cut to fill this line
+    assert lines[1].startswith("# " + name + " ")
+    assert max(len(ln) for ln in lines) <= 92 and len(lines[1]) > 85  # filled up to 90
