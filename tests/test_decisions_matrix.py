@@ -8,8 +8,10 @@ pins each decision to the sentence or field a user reads.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -19,6 +21,7 @@ import pytest
 
 from imgbuild.ci import matrix
 from imgbuild.errors import ImgbuildError, InputError
+from imgbuild.lock.lockfile import write_lock
 from imgbuild.workspace import Workspace
 
 from . import golden
@@ -381,3 +384,66 @@ def test_a_ref_whose_images_hold_a_link_out_of_the_checkout_is_refused_not_follo
     assert e.value.facts == ["'images/evil.yaml' is a link to an absolute path"]
     assert e.value.hint == ("a spec or lock is a plain file; remove the link from the commit, "
                             "or leave --changed-since out")
+
+
+# --- what the documents carry besides the golden copies --------------------------------------
+
+def test_the_documents_carry_why_each_job_changed():
+    doc = matrix.document(WS, "json", changed_since="0" * 40)
+    assert {j["changed"] for j in doc["jobs"]} == {"no previous commit: every job"}
+    gh = matrix.document(WS, "github", changed_since="0" * 40)
+    assert {j["changed"] for j in gh["include"]} == {"no previous commit: every job"}
+    assert "changed" not in matrix.document(WS, "github")["include"][0]
+
+
+def test_a_bake_context_is_under_the_directory_given_once_slashed(jobs):
+    doc = matrix.bake(jobs[:1], WS, context_dir="/abs/ctx/")
+    assert doc["target"][jobs[0].name]["context"] == f"/abs/ctx/{jobs[0].name}"
+
+
+def test_an_engine_group_named_like_a_target_or_default_is_prefixed(jobs):
+    j = jobs[0]
+    clash = [dataclasses.replace(j, name=j.engine)]
+    assert set(matrix.bake(clash, WS)["group"]) == {"default", f"engine-{j.engine}"}
+    named_default = [dataclasses.replace(j, engine="default")]
+    assert set(matrix.bake(named_default, WS)["group"]) == {"default", "engine-default"}
+
+
+def test_a_target_whose_locked_wheels_are_in_the_wheel_directory_installs_from_it(tmp_path):
+    """With a wheel directory (IMGBUILD_WHEELS) holding a wheel the target's lock pins, its
+    Bake target installs from the context's wheelhouse; a target none of whose wheels are
+    there reaches its indexes as without one."""
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
+    wheel = tmp_path / "wheels" / "safetensors-0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"a wheel the lock pins")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    ws = Workspace(tmp_path / "images", tmp_path / "lockfiles")
+    ref = ws.target("tiny-cpu")
+    lock = ref.lock()
+    body = re.sub(r"(\nsafetensors==\S+ \\\n)", rf"\1    --hash=sha256:{digest} \\\n", lock.body,
+                  count=1)
+    assert body != lock.body
+    write_lock(lock.path, ref.request, body, "uv test")
+    ws = Workspace(tmp_path / "images", tmp_path / "lockfiles", tmp_path / "wheels")
+    jobs = [j for j in matrix.jobs(ws) if j.name in ("tiny-cpu", "sglang-hopper")]
+    doc = matrix.bake(jobs, ws)
+    flags = {n: t["args"]["IMGBUILD_INDEX_FLAGS"] for n, t in doc["target"].items()}
+    assert "--find-links" in flags["tiny-cpu"] and "download.pytorch.org" not in flags["tiny-cpu"]
+    assert "--find-links" not in flags["sglang-hopper"]
+
+
+def test_a_failed_git_archive_is_said_with_gits_words(repo, monkeypatch):
+    real = matrix._git
+
+    def archive_fails(root, *args, binary=False):
+        if args[0] == "archive":
+            return subprocess.CompletedProcess(args, 128, b"", b"fatal: \xff bad object\n")
+        return real(root, *args, binary=binary)
+
+    monkeypatch.setattr(matrix, "_git", archive_fails)
+    with pytest.raises(InputError) as e:
+        matrix.jobs(Workspace(repo / "images", repo / "lockfiles"), changed_since="HEAD")
+    assert e.value.message == "--changed-since HEAD: git archive failed"
+    assert e.value.facts == ["fatal: \ufffd bad object"]  # undecodable bytes replaced
