@@ -86,6 +86,22 @@ def pages() -> dict[str, str]:
         stem = name.removesuffix(".log")
         out[f"doctor-{stem}.terminal.txt"] = _shown(views.doctor_report, report, terminal=True)
         out[f"doctor-{stem}.plain.txt"] = _shown(views.doctor_report, report, terminal=False)
+    # Only a known sentence with another cause (SGLang's prefix, vLLM's sentence): no finding.
+    other = doctor.diagnose(
+        "[2026-03-02 10:00:00 TP0] Starting\nValueError: Free memory on device cuda:0 "
+        "(2.11/22.05 GiB) on startup is less than desired GPU memory utilization (0.9, "
+        "19.84 GiB).\n", failures)
+    assert [d.id for d in other] == [doctor.OTHER_CAUSE]
+    for mode in ("terminal", "plain"):
+        out[f"doctor-other-cause.{mode}.txt"] = _shown(
+            views.doctor_report, doctor.DoctorReport("server.log", tuple(other)),
+            terminal=mode == "terminal")
+    # An evidence line longer than a panel shows whole (300 characters): cut, with "...".
+    long = doctor.doctor(failures, str(LOGS / "nccl-shm.log")).diagnoses[0]
+    long = replace(long, evidence=(replace(long.evidence[0], text="x" * 290 + " " + "y" * 40),
+                                   replace(long.evidence[0], text="z" * 300)))
+    out["doctor-long-evidence.terminal.txt"] = _shown(
+        views.doctor_report, doctor.DoctorReport("server.log", (long,)), terminal=True)
     # Said by the user: the engine is named beside the source.
     report = doctor.doctor(failures, str(LOGS / "nccl-shm.log"),
                            engine=doctor.engine_given("sglang==0.5.16", failures))
@@ -166,12 +182,33 @@ def check_model_pages(ws) -> dict[str, str]:
                     ("mismatch", base | {"ok": False, "mismatches": [
                         {"module": f"model.layers.{n}.mlp", "arch": "sm120",
                          "declared": "nvfp4", "got": None if n else "fp8",
-                         "error": "no kernel" if n == 1 else None} for n in range(12)]}),
+                         "error": ("no kernel for this scheme on this arch; the engine "
+                                   "fell back and said so in a sentence longer than a line")
+                         if n == 1 else None} for n in range(12)]}),
                     ("failed", base | {"ok": False, "version": None, "archs": None,
                                        "modules_checked": 0, "error": "ImportError: x"})):
-                out[f"check-model-in-image-{name}.plain.txt"] = _shown(
-                    views.check_model, replace(r, in_image=answer, image="reg/img:t"),
-                    terminal=False)
+                for mode in ("plain", "terminal"):
+                    out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
+                        views.check_model, replace(r, in_image=answer, image="reg/img:t"),
+                        terminal=mode == "terminal")
+            # What a fix says when its proof fails, an earlier original was kept and a mapping
+            # was added; a checkpoint read from config.json alone, of no known architecture;
+            # an engine behaviour no rule covers; an info finding.
+            fixed = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
+                                   ct_formats=ct_now())
+            fx = fixed.fix
+            odd = replace(
+                fixed, checkpoint=replace(fixed.checkpoint, names_from=None, config={}),
+                behaviour=replace(fixed.behaviour, facts={
+                    **fixed.behaviour.facts, "ignore_matcher": replace(
+                        fixed.behaviour.facts["ignore_matcher"], value=None, patched_by=None)}),
+                findings=(cm.Finding("format", "info", "an info finding", ("a fact",),
+                                     "a way out", examples=("an example",)),),
+                fix=replace(fx, orig_kept=True, proof=replace(fx.proof, equal=False),
+                            packed_added={"in_proj_qkvz": ("in_proj_qkv", "in_proj_z")}))
+            for mode in ("plain", "terminal"):
+                out[f"check-model-odd-fix.{mode}.txt"] = _shown(views.check_model, odd,
+                                                               terminal=mode == "terminal")
         finally:
             os.chdir(here)
     return out
