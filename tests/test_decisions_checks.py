@@ -110,12 +110,13 @@ def test_after_applying_only_the_patchs_own_files_record_problems_fail_it(tmp_pa
 
     site = make_site(tmp_path)
     monkeypatch.setattr(patcher, "verify_record", lambda dist, s: [
-        "demo/mod.py: sha256 differs", "demo/__init__.py: size differs",
+        "demo/mod.py: sha256: a != b", "demo/__init__.py: size differs",
         "demo/mod.py: size 1 != 2"])
     (r,) = patches.check_site([_patch(), _patch("other", versions=">=9")], site)[:1]
     assert r.status == "fails"
-    assert r.detail == ("RECORD inconsistent after patching: demo/mod.py: sha256 differs; "
-                        "demo/mod.py: size 1 != 2")
+    assert r.detail == ("RECORD inconsistent after patching: demo/mod.py: sha256: a != b; "
+                        "demo/mod.py: size 1 != 2")  # a problem's path is before its first ':'
+
     monkeypatch.setattr(patcher, "verify_record", lambda dist, s: [
         "demo/__init__.py: size differs"])
     assert patches.check_site([_patch()], make_site(tmp_path / "b"))[0].status == "applies"
