@@ -58,6 +58,7 @@ class Engine:
 
     def container(self) -> SimpleNamespace:
         def watch(launch, cid, *, timeout_s, on_phase):
+            assert launch == self.started  # the container started, by its id
             self.calls.append(("watch", cid, timeout_s))
             on_phase("load", "  Loading safetensors checkpoint shards  ")
             w = container.Watch(lines=deque(self.watch_log.splitlines(),
@@ -82,10 +83,13 @@ class Engine:
             logs=lambda cid: self.calls.append(("logs", cid)) or self.exit_log,
             remove=lambda name: self.calls.append(("remove", name)) or self.remove_said)
 
+    def asked(self, what: str) -> list[tuple]:
+        return [c[1:] for c in self.calls if c[0] == what]
+
     def daemon(self) -> SimpleNamespace:
         return SimpleNamespace(
             client=lambda: "client", local_socket=lambda: "/run/docker.sock",
-            local_image=lambda client, ref: self.calls.append(("local_image", ref))
+            local_image=lambda client, ref: self.calls.append(("local_image", client, ref))
             or ("sha256:" + "a" * 64 if self.local_image else None))
 
 
@@ -106,7 +110,8 @@ def engine(monkeypatch) -> Engine:
     monkeypatch.setattr(run_mod, "container", e.container())
     monkeypatch.setattr(run_mod, "daemon", e.daemon())
     monkeypatch.setattr(toolkit, "engine_toolkit",
-                        lambda client, *, local: e.calls.append(("toolkit", local)) or e.toolkit)
+                        lambda client, *, local: e.calls.append(("toolkit", client, local))
+                        or e.toolkit)
     host = _host("rtx-pro-6000-8x-ok")  # read before probe is replaced by its answer
     monkeypatch.setattr(run_mod.host_checks, "probe", lambda **kw: host)
     monkeypatch.setattr(run_mod, "pull_target", lambda ws, target, **kw: e.calls.append(
@@ -130,7 +135,10 @@ def test_a_server_that_serves_and_is_stopped_is_removed(ws, engine):
                      "watch", "wait_exit", "remove"]
     assert engine.calls[1] == ("running_for", run_mod.RUN_LABEL, "k2.6")
     assert engine.calls[2] == ("holder", r.launch.name)
-    assert engine.calls[3] == ("toolkit", True)
+    assert engine.calls[3] == ("toolkit", "client", True)
+    assert engine.asked("local_image") == [("client", r.launch.image)]  # by content tag
+    assert engine.asked("wait_exit") == [("cid-1",)]
+    assert engine.asked("remove") == [(r.launch.name,)]
     assert engine.calls[6] == ("watch", "cid-1", 1800)
     assert (r.target, r.model, r.status, r.container_exit) == ("sglang-blackwell", "k2.6",
                                                                "stopped", 0)
@@ -166,6 +174,7 @@ def test_a_server_that_served_then_died_is_diagnosed_from_its_log(ws, engine):
     engine.wait_code, engine.exit_log = 137, log + "\n" + "\n".join(f"l{i}" for i in range(50))
     r, *_rest, calls = _run(ws, engine)
     assert calls[-3:] == ["wait_exit", "logs", "remove"]
+    assert engine.asked("logs") == [("cid-1",)]
     assert (r.status, r.container_exit, r.kept) == ("exited", 137, False)
     assert [d.id for d in r.diagnoses] == ["nccl-system-error"]
     assert r.log_tail == tuple(f"l{i}" for i in range(10, 50))  # the last 40 lines
