@@ -12,8 +12,6 @@ and a fixed model cache, so nothing of the machine that runs the test is in the 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -48,19 +46,14 @@ def pages() -> dict[str, str]:
         options = dict(options)
         if options.get("cluster") == "rdma+gke":
             options["cluster"] = cluster_for(ws.launch, gke=True, rdma=True)
-        here = os.getcwd()
-        with tempfile.TemporaryDirectory(prefix="imgbuild-emit-") as d:
+        with golden.scratch("imgbuild-emit-"):
             # Emitted into a directory named as a user would (`--emit k8s deploy`): the
             # files' headers name it.
-            os.chdir(d)
-            try:
-                r = run_mod.run(ws, subject, model=model, emit=(kind, Path("deploy")),
-                                model_cache=CACHE, **options)
-                assert r.status == "emitted"
-                for f in sorted(r.files):
-                    out[f"{case}/{Path(f).name}"] = Path(f).read_text()
-            finally:
-                os.chdir(here)
+            r = run_mod.run(ws, subject, model=model, emit=(kind, Path("deploy")),
+                            model_cache=CACHE, **options)
+            assert r.status == "emitted"
+            for f in sorted(r.files):
+                out[f"{case}/{Path(f).name}"] = Path(f).read_text()
     return out
 
 

@@ -11,8 +11,6 @@ A refusal reworded, a fact dropped or an exit code changed is seen in review.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from . import golden
@@ -48,29 +46,17 @@ CASES: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def documents() -> dict[str, dict]:
     """Each case's exit code and JSON error document, by its command line."""
-    from imgbuild.cli.main import main
-
     out: dict[str, dict] = {}
-    here = os.getcwd()
     root = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory(prefix="imgbuild-refusals-") as d:
-        os.chdir(d)
-        try:
-            for argv, _what in CASES:
-                import contextlib
-                import io
-
-                buf = io.StringIO()
-                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-                    # The checkout's catalog, named as the environment would (any directory).
-                    code = main([*argv, "--json", "--images", str(root / "images"),
-                                 "--lockfiles", str(root / "lockfiles")]
-                                if argv[0] != "doctor" else [*argv, "--json"])
-                doc = json.loads(buf.getvalue()) if buf.getvalue().strip() else None
-                out[" ".join(argv)] = {"exit_code": code, "error": doc}
-                assert not Path("out").exists(), f"{argv}: a refusal wrote files"
-        finally:
-            os.chdir(here)
+    with golden.scratch("imgbuild-refusals-"):
+        for argv, _what in CASES:
+            # The checkout's catalog, named as the environment would (any directory).
+            code, said, _err = golden.run_cli(
+                [*argv, "--json", "--images", str(root / "images"), "--lockfiles",
+                 str(root / "lockfiles")] if argv[0] != "doctor" else [*argv, "--json"])
+            doc = json.loads(said) if said.strip() else None
+            out[" ".join(argv)] = {"exit_code": code, "error": doc}
+            assert not Path("out").exists(), f"{argv}: a refusal wrote files"
     return out
 
 

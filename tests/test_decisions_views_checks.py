@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -150,67 +148,62 @@ def check_model_pages(ws) -> dict[str, str]:
     """check-model on checkpoints made in a scratch directory, named relative to it (the pages
     hold no machine's path)."""
     out: dict[str, str] = {}
-    here = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="imgbuild-views-") as d:
-        os.chdir(d)
-        try:
-            qwen3_next_checkpoint(Path("qwen3-next"))
-            _moe_checkpoint(Path("moe"))
-            # Fused projections without a mapping, fixed: the fused names added.
-            r = cm.check_model(ws, "qwen3-next", "sglang-0516-blackwell", "fixed",
-                               ct_formats=ct_now())
-            out["check-model-fused-fix.terminal.txt"] = _shown(views.check_model, r,
-                                                              terminal=True)
-            # Parent entries on the patched engine: no finding; the fix still collapses them.
-            r = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
-                               ct_formats=ct_now())
-            out["check-model-parents-fix.plain.txt"] = _shown(views.check_model, r,
-                                                             terminal=False)
-            # The same checkpoint on SGLang 0.5.16 as released: the substring matcher.
-            released = replace(ws.catalog.target("sglang-0516-blackwell"), patches=())
-            ck = cm.load_checkpoint(Path("moe"))
-            r = cm.Report("moe", released.name, cm.target_behaviour(released, ws.engines), ck,
-                          tuple(cm.check(ck, target=released, catalog=ws.catalog,
-                                         engines=ws.engines, ct_formats=ct_now())))
-            out["check-model-parents-released.terminal.txt"] = _shown(views.check_model, r,
-                                                                     terminal=True)
-            # --image: what the image's engine answered, three ways.
-            base = dict(engine="sglang", version="0.5.16", archs=["sm100", "sm120"],
-                        modules_checked=72)
-            for name, answer in (
-                    ("ok", base | {"ok": True}),
-                    ("mismatch", base | {"ok": False, "mismatches": [
-                        {"module": f"model.layers.{n}.mlp", "arch": "sm120",
-                         "declared": "nvfp4", "got": None if n else "fp8",
-                         "error": ("no kernel for this scheme on this arch; the engine "
-                                   "fell back and said so in a sentence longer than a line")
-                         if n == 1 else None} for n in range(12)]}),
-                    ("failed", base | {"ok": False, "version": None, "archs": None,
-                                       "modules_checked": 0, "error": "ImportError: x"})):
-                for mode in ("plain", "terminal"):
-                    out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
-                        views.check_model, replace(r, in_image=answer, image="reg/img:t"),
-                        terminal=mode == "terminal")
-            # What a fix says when its proof fails, an earlier original was kept and a mapping
-            # was added; a checkpoint read from config.json alone, of no known architecture;
-            # an engine behaviour no rule covers; an info finding.
-            fixed = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
-                                   ct_formats=ct_now())
-            fx = fixed.fix
-            odd = replace(
-                fixed, checkpoint=replace(fixed.checkpoint, names_from=None, config={}),
-                behaviour=replace(fixed.behaviour, facts={
-                    **fixed.behaviour.facts, "ignore_matcher": replace(
-                        fixed.behaviour.facts["ignore_matcher"], value=None, patched_by=None)}),
-                findings=(cm.Finding("format", "info", "an info finding", ("a fact",),
-                                     "a way out", examples=("an example",)),),
-                fix=replace(fx, orig_kept=True, proof=replace(fx.proof, equal=False),
-                            packed_added={"in_proj_qkvz": ("in_proj_qkv", "in_proj_z")}))
+    with golden.scratch("imgbuild-views-"):
+        qwen3_next_checkpoint(Path("qwen3-next"))
+        _moe_checkpoint(Path("moe"))
+        # Fused projections without a mapping, fixed: the fused names added.
+        r = cm.check_model(ws, "qwen3-next", "sglang-0516-blackwell", "fixed",
+                           ct_formats=ct_now())
+        out["check-model-fused-fix.terminal.txt"] = _shown(views.check_model, r,
+                                                          terminal=True)
+        # Parent entries on the patched engine: no finding; the fix still collapses them.
+        r = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
+                           ct_formats=ct_now())
+        out["check-model-parents-fix.plain.txt"] = _shown(views.check_model, r,
+                                                         terminal=False)
+        # The same checkpoint on SGLang 0.5.16 as released: the substring matcher.
+        released = replace(ws.catalog.target("sglang-0516-blackwell"), patches=())
+        ck = cm.load_checkpoint(Path("moe"))
+        r = cm.Report("moe", released.name, cm.target_behaviour(released, ws.engines), ck,
+                      tuple(cm.check(ck, target=released, catalog=ws.catalog,
+                                     engines=ws.engines, ct_formats=ct_now())))
+        out["check-model-parents-released.terminal.txt"] = _shown(views.check_model, r,
+                                                                 terminal=True)
+        # --image: what the image's engine answered, three ways.
+        base = dict(engine="sglang", version="0.5.16", archs=["sm100", "sm120"],
+                    modules_checked=72)
+        for name, answer in (
+                ("ok", base | {"ok": True}),
+                ("mismatch", base | {"ok": False, "mismatches": [
+                    {"module": f"model.layers.{n}.mlp", "arch": "sm120",
+                     "declared": "nvfp4", "got": None if n else "fp8",
+                     "error": ("no kernel for this scheme on this arch; the engine "
+                               "fell back and said so in a sentence longer than a line")
+                     if n == 1 else None} for n in range(12)]}),
+                ("failed", base | {"ok": False, "version": None, "archs": None,
+                                   "modules_checked": 0, "error": "ImportError: x"})):
             for mode in ("plain", "terminal"):
-                out[f"check-model-odd-fix.{mode}.txt"] = _shown(views.check_model, odd,
-                                                               terminal=mode == "terminal")
-        finally:
-            os.chdir(here)
+                out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
+                    views.check_model, replace(r, in_image=answer, image="reg/img:t"),
+                    terminal=mode == "terminal")
+        # What a fix says when its proof fails, an earlier original was kept and a mapping
+        # was added; a checkpoint read from config.json alone, of no known architecture;
+        # an engine behaviour no rule covers; an info finding.
+        fixed = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
+                               ct_formats=ct_now())
+        fx = fixed.fix
+        odd = replace(
+            fixed, checkpoint=replace(fixed.checkpoint, names_from=None, config={}),
+            behaviour=replace(fixed.behaviour, facts={
+                **fixed.behaviour.facts, "ignore_matcher": replace(
+                    fixed.behaviour.facts["ignore_matcher"], value=None, patched_by=None)}),
+            findings=(cm.Finding("format", "info", "an info finding", ("a fact",),
+                                 "a way out", examples=("an example",)),),
+            fix=replace(fx, orig_kept=True, proof=replace(fx.proof, equal=False),
+                        packed_added={"in_proj_qkvz": ("in_proj_qkv", "in_proj_z")}))
+        for mode in ("plain", "terminal"):
+            out[f"check-model-odd-fix.{mode}.txt"] = _shown(views.check_model, odd,
+                                                           terminal=mode == "terminal")
     return out
 
 

@@ -10,11 +10,7 @@ them). The checkout's path is written CHECKOUT.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from . import golden
@@ -39,22 +35,13 @@ CASES = (
 
 
 def pages() -> dict[str, str]:
-    from imgbuild.cli.main import main
-
     out: dict[str, str] = {}
-    here = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="imgbuild-views-plan-") as d:
-        os.chdir(d)
-        try:
-            for name, argv in CASES:
-                buf, err = io.StringIO(), io.StringIO()
-                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-                    code = main([*argv, "--images", str(ROOT / "images"),
-                                 "--lockfiles", str(ROOT / "lockfiles")])
-                assert code == 0, (argv, buf.getvalue(), err.getvalue())
-                out[name] = buf.getvalue().replace(str(ROOT), "CHECKOUT")
-        finally:
-            os.chdir(here)
+    with golden.scratch("imgbuild-views-plan-"):
+        for name, argv in CASES:
+            code, said, err = golden.run_cli([*argv, "--images", str(ROOT / "images"),
+                                              "--lockfiles", str(ROOT / "lockfiles")])
+            assert code == 0, (argv, said, err)
+            out[name] = said.replace(str(ROOT), "CHECKOUT")
     return out
 
 

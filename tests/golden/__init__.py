@@ -39,8 +39,12 @@ seen in review.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 FILE = Path(__file__).with_name("content-tags.json")
@@ -54,6 +58,24 @@ EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
 REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
 CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A scratch directory to work in: paths a page names relative to it hold nothing of the
+    machine that made the page."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d, contextlib.chdir(d):
+        yield Path(d)
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """`imgbuild ARGV` in this process: its exit code, stdout and stderr."""
+    from imgbuild.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
 
 
 def compute(images: Path, lockfiles: Path) -> dict[str, str]:
