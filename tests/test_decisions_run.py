@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -115,6 +116,68 @@ def test_holder_reads_the_inspect_document():
     assert container.holder_from("n", 1, "Error: No such container: n") is None
     h = container.holder_from("n", 0, json.dumps({"State": {}, "Config": {"Labels": None}}))
     assert h == container.Holder("n", "unknown", 0, {})
+
+
+class _Client:
+    """The docker client seam (daemon.run_cli): records each call, answers as told."""
+
+    def __init__(self, *answers: subprocess.CompletedProcess | Exception):
+        self.answers, self.calls = list(answers), []
+
+    def __call__(self, args: list[str], **kw) -> subprocess.CompletedProcess:
+        self.calls.append((args, kw))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _done(rc: int, out: str, err: str = "") -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess([], rc, out, err)
+
+
+# What each question to the docker client needs: its output as text (what the parsers read),
+# and a bound on the wait, so that a hung daemon ends the run with a message.
+TEXT = {"capture_output": True, "text": True}
+
+
+def test_who_holds_a_name_is_asked_of_that_container_by_exact_name(monkeypatch):
+    doc = {"State": {"Status": "running", "ExitCode": 0},
+           "Config": {"Labels": {run_mod.RUN_LABEL: "m"}}}
+    client = _Client(_done(0, json.dumps(doc)), _done(1, "", "Error: No such container: y"))
+    monkeypatch.setattr(container.daemon, "run_cli", client)
+    assert container.holder("x") == container.Holder("x", "running", 0, {run_mod.RUN_LABEL: "m"})
+    assert container.holder("y") is None
+    [(args, kw), (args2, _)] = client.calls
+    # --type container: an image or a volume of the same name is not the holder
+    assert args == ["inspect", "--type", "container", "--format", "{{json .}}", "x"]
+    assert args2[-1] == "y"
+    assert kw.items() >= TEXT.items() and 0 < kw["timeout"] <= 120
+
+
+def test_what_runs_for_a_label_is_asked_of_running_containers_by_that_label(monkeypatch):
+    client = _Client(_done(0, "imgbuild-a\nimgbuild-b\n"), _done(0, ""))
+    monkeypatch.setattr(container.daemon, "run_cli", client)
+    assert container.running_for(run_mod.RUN_LABEL, "k2.6") == ["imgbuild-a", "imgbuild-b"]
+    assert container.running_for(run_mod.RUN_LABEL, "k2.6") == []
+    args, kw = client.calls[0]
+    assert args == ["ps", "--filter", f"label={run_mod.RUN_LABEL}=k2.6", "--format",
+                    "{{.Names}}"]
+    assert kw.items() >= TEXT.items() and 0 < kw["timeout"] <= 120
+
+
+def test_a_removal_is_forced_survives_a_stop_and_is_bounded(monkeypatch):
+    client = _Client(_done(0, "x\n"), _done(1, "", "Cannot connect to the Docker daemon"),
+                     _done(1, "said on stdout\n", ""), subprocess.TimeoutExpired(["docker"], 120))
+    monkeypatch.setattr(container.daemon, "run_cli", client)
+    assert container.remove("x") is None
+    assert container.remove("x") == "Cannot connect to the Docker daemon"
+    assert container.remove("x") == "said on stdout"
+    assert container.remove("x") == "`docker rm -f` did not finish in 120 s"
+    args, kw = client.calls[0]
+    # -f: a running container too; cleanup: it finishes even while imgbuild is being stopped
+    assert args == ["rm", "-f", "x"] and kw["cleanup"] is True
+    assert kw.items() >= TEXT.items() and kw["timeout"] == 120
 
 
 # -- what happens when a start fails, and removal -------------------------------------------

@@ -25,6 +25,10 @@ cluster or compose, for a few targets and options, with emit/ here.
 tests/test_decisions_views_plan.py compares what `imgbuild list` and `imgbuild plan` show
 (plain lines and JSON) with cli/ here.
 
+tests/test_decisions_imagepolicy.py compares the admission policies and TrustRoot that
+`imgbuild run --emit k8s` writes for a signed-by policy (their names, headers and trust root)
+with admission/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -57,6 +61,7 @@ VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_
 EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
 REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
 CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
+ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decisions_imagepolicy.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -174,6 +179,7 @@ def main(argv: list[str]) -> int:
     if "--write" in argv:
         # The pages made by the test modules that check them (each says what its pages are).
         from tests.test_decisions_emit import pages as emitted
+        from tests.test_decisions_imagepolicy import pages as admission
         from tests.test_decisions_refusals import page as refusals
         from tests.test_decisions_views_checks import pages as views
         from tests.test_decisions_views_plan import pages as cli_pages
@@ -189,6 +195,7 @@ def main(argv: list[str]) -> int:
         _rewrite(VIEWS, views())
         _rewrite(EMIT, emitted())
         _rewrite(CLI, cli_pages())
+        _rewrite(ADMISSION, admission())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0
