@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,8 +160,9 @@ def check_model_pages(ws) -> dict[str, str]:
         # Parent entries on the patched engine: no finding; the fix still collapses them.
         r = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
                            ct_formats=ct_now())
-        out["check-model-parents-fix.plain.txt"] = _shown(views.check_model, r,
-                                                         terminal=False)
+        for mode in ("plain", "terminal"):
+            out[f"check-model-parents-fix.{mode}.txt"] = _shown(views.check_model, r,
+                                                               terminal=mode == "terminal")
         # The same checkpoint on SGLang 0.5.16 as released: the substring matcher.
         released = replace(ws.catalog.target("sglang-0516-blackwell"), patches=())
         ck = cm.load_checkpoint(Path("moe"))
@@ -181,7 +183,13 @@ def check_model_pages(ws) -> dict[str, str]:
                                "fell back and said so in a sentence longer than a line")
                      if n == 1 else None} for n in range(12)]}),
                 ("failed", base | {"ok": False, "version": None, "archs": None,
-                                   "modules_checked": 0, "error": "ImportError: x"})):
+                                   "modules_checked": 0,
+                                   # longer than a line: said whole, never wrapped
+                                   "error": "ImportError: cannot import name "
+                                            "'fp4_quantize' from 'sglang.srt.layers.quantization"
+                                            ".modelopt_quant' (/usr/local/lib/python3.12/"
+                                            "dist-packages/sglang/srt/layers/quantization/"
+                                            "modelopt_quant.py)"})):
             for mode in ("plain", "terminal"):
                 out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
                     views.check_model, replace(r, in_image=answer, image="reg/img:t"),
@@ -198,7 +206,9 @@ def check_model_pages(ws) -> dict[str, str]:
                 **fixed.behaviour.facts, "ignore_matcher": replace(
                     fixed.behaviour.facts["ignore_matcher"], value=None, patched_by=None)}),
             findings=(cm.Finding("format", "info", "an info finding", ("a fact",),
-                                 "a way out", examples=("an example",)),),
+                                 "a way out", examples=("an example",)),
+                      cm.Finding("format", "warning", "a warning finding", ("a fact",),
+                                 "a way out")),
             fix=replace(fx, orig_kept=True, proof=replace(fx.proof, equal=False),
                         packed_added={"in_proj_qkvz": ("in_proj_qkv", "in_proj_z")}))
         for mode in ("plain", "terminal"):
@@ -248,3 +258,66 @@ def test_recorded_pages_exist_for_each_view():
     for prefix in ("doctor-", "doctor-host-", "patches-", "check-model-"):
         assert any(n.startswith(prefix) for n in names), prefix
     assert Path(golden.VIEWS).is_dir()
+
+
+# --- the words and cuts the pages above do not reach ------------------------------------------
+
+def _diag(text: str) -> doctor.Diagnosis:
+    return doctor.Diagnosis("nccl-shm", "NCCL ran out of shared memory", "error", "cause.",
+                            "fix.", (doctor.Evidence(7, text),))
+
+
+def test_a_terminal_cuts_an_evidence_line_past_300_characters_only():
+    c, out, _, _ = _consoles(True)
+    views._doctor_human([_diag("a" * 300), _diag("b" * 301)], c)
+    # the panel wraps: compare without its colours, borders and breaks
+    shown = "".join(re.sub(r"\x1b\[[0-9;]*m|│", "", out.getvalue()).split())
+    assert "a" * 300 in shown
+    assert "b" * 297 + "..." in shown and "b" * 298 not in shown
+
+
+def test_a_log_read_from_no_file_is_said_without_a_place():
+    c, out, _, _ = _consoles(False)
+    views._doctor_human([_diag("x")], c)
+    assert out.getvalue().startswith("1 known failure found\n")
+    c, out, _, _ = _consoles(False)
+    views._doctor_human([_diag("x")], c, source="server.log")
+    assert out.getvalue().startswith("1 known failure found in server.log\n")
+
+
+def test_an_engine_store_imgbuild_does_not_know_is_said_so():
+    f = replace(_facts("info-26-classic.json", "version-26-classic.json"), store="nydus")
+    assert views._store_words(f) == f"not known ({f.storage_driver})"
+
+
+def test_a_decision_without_a_name_of_its_own_is_shown_by_its_key():
+    class Use:  # an EngineUse with one decision the report has no words for
+        refusal = None
+
+        def decisions(self):
+            return {"save": Decision(True, "why one"), "newly-decided": Decision("x", "why two")}
+
+    class Decision:
+        def __init__(self, value, why):
+            self.value, self.why = value, why
+
+    f = _facts("info-26-classic.json", "version-26-classic.json")
+    shown = _shown(views.doctor_host, f, Use(), terminal=False)
+    assert "push reads" in shown and "newly-decided" in shown and "why two" in shown
+
+
+def test_a_patch_status_without_a_style_is_shown_plain():
+    r = PatchReport("t", True, (PatchResult("p1", "reviewing", "d", "pkg", "1.0"),))
+    shown = _shown(views.patches, r, terminal=True)
+    assert "reviewing" in shown and "[]" not in shown and "None" not in shown
+
+
+def test_an_answer_that_names_no_layer_count_asked_none():
+    ws = checkout_workspace()
+    with golden.scratch("imgbuild-views-"):
+        _moe_checkpoint(Path("moe"))
+        r = cm.check_model(ws, "moe", "sglang-0516-blackwell", None, ct_formats=ct_now())
+    c, out, _, _ = _consoles(False)
+    views._in_image(replace(r, in_image={"engine": "sglang", "ok": True}, image="reg/img:t"), c)
+    assert out.getvalue() == ("in reg/img:t: sglang ? on : 0 layers asked; each got its declared "
+                              "scheme\n")

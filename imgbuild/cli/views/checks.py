@@ -255,8 +255,10 @@ def patches(out: Output, report: PatchReport) -> None:
         t.add_column(col, overflow="fold")
     for r in report.results:
         pkg = f"{r.package} {r.version}" if r.version else r.package
-        t.add_row(r.id, pkg, f"[{PATCH_STYLE.get(r.status, '')}]{r.status}[/]", r.variant or "-",
-                  escape(r.detail))
+        # A Text, not markup: a status without a style would make "[]x[/]", which rich
+        # refuses (a closing tag with nothing open).
+        t.add_row(r.id, pkg, Text(r.status, style=PATCH_STYLE.get(r.status, "")),
+                  r.variant or "-", escape(r.detail))
     c.print(t)
     for r in report.results:
         if r.status in ("applies", "fails"):
