@@ -74,6 +74,10 @@ def _facts(info: str, version: str, buildx: bool = True):
                       if buildx else None, host="unix:///test.sock")
 
 
+# An image reference long enough that each head line of --image is longer than the page.
+IN_IMAGE = "registry.example/acme/serving:sglang-0516-blackwell-k2.6"
+
+
 def pages() -> dict[str, str]:
     """Every page, by file name."""
     out: dict[str, str] = {}
@@ -192,7 +196,7 @@ def check_model_pages(ws) -> dict[str, str]:
                                             "modelopt_quant.py)"})):
             for mode in ("plain", "terminal"):
                 out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
-                    views.check_model, replace(r, in_image=answer, image="reg/img:t"),
+                    views.check_model, replace(r, in_image=answer, image=IN_IMAGE),
                     terminal=mode == "terminal")
         # What a fix says when its proof fails, an earlier original was kept and a mapping
         # was added; a checkpoint read from config.json alone, of no known architecture;
