@@ -1,0 +1,185 @@
+"""The smoke gate of a build (pipeline/build.py gate and earlier_report), without an Engine:
+which report decides (the registry's for a pulled image; one made before for this very image;
+or a run now), and what a failed one does to the tags: the content tag is moved aside to
+`…-smoke-failed` and the build fails, unless --force, which moves the tags and says so.
+
+The Engine's and the registry's side are a scripted client and a scripted registry: the image
+the Engine holds (its tag and its removal are what the gate asks of it) and the reports the
+registry stores. smoke.run itself is replayed in tests/test_decisions_image_smoke.py, and the
+gate's own rule (decide) is tested in tests/test_gate_decision.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from imgbuild.errors import JobFailed
+from imgbuild.image import registry, smoke
+from imgbuild.pipeline import build as build_mod
+from imgbuild.pipeline.obtain import Built
+from imgbuild.plan.decide import make_plan
+
+from .conftest import checkout_workspace
+
+PASS = smoke.SmokeReport("r", True, ({"name": "checkpoint-cpu", "status": "pass"},), 3.0,
+                         {}, "sha256:img")
+FAIL = smoke.SmokeReport("r", False, ({"name": "checkpoint-cpu", "status": "fail",
+                                       "reason": "logits differ"},
+                                      {"name": "gpu-engine", "status": "skipped"}), 3.0, {},
+                         "sha256:img")
+
+
+@dataclass
+class Image:
+    attrs: dict
+    tagged: list = field(default_factory=list)
+
+    def tag(self, repository: str, tag: str) -> None:
+        self.tagged.append((repository, tag))
+
+
+@dataclass
+class Images:
+    image: Image
+    removed: list = field(default_factory=list)
+
+    def get(self, ref: str) -> Image:
+        return self.image
+
+    def remove(self, ref: str) -> None:
+        self.removed.append(ref)
+
+
+@dataclass
+class Client:
+    images: Images
+
+
+@dataclass
+class Notes:
+    said: list = field(default_factory=list)
+
+    def note(self, message: str, *, level: str = "info") -> None:
+        self.said.append((level, message))
+
+    def status(self, message: str):
+        import contextlib
+
+        self.said.append(("status", message))
+        return contextlib.nullcontext(lambda *a: None)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan(checkout_workspace(), "tiny-cpu", repository="127.0.0.1:5000/acme",
+                     resolve=False)
+
+
+@pytest.fixture()
+def world(monkeypatch):
+    """The registry's stored reports by digest, the runs of smoke.run, the client."""
+    w = type("World", (), {})()
+    w.stored, w.runs, w.recalled = {}, [], None
+    w.run_result = PASS
+    w.client = Client(Images(Image({"RepoDigests": []})))
+    monkeypatch.setattr(registry, "fetch_report", lambda repo, digest: w.stored.get(digest))
+    monkeypatch.setattr(registry, "get_manifest", lambda repo, ref: None)
+    monkeypatch.setattr(smoke, "recall", lambda ref, image_id: w.recalled)
+    monkeypatch.setattr(smoke, "host_has_gpu_runtime", lambda: False)
+
+    def run(ref):
+        w.runs.append(ref)
+        return w.run_result
+    monkeypatch.setattr(smoke, "run", run)
+    return w
+
+
+REPO = registry.Repository.parse("127.0.0.1:5000/acme")
+
+
+def _gate(plan, world, built=None, **kw):
+    notes = Notes()
+    built = built or Built("built", "sha256:img", 1)
+    got = build_mod.gate(plan, built, world.client, REPO, progress=notes, **kw)
+    return got, notes
+
+
+def test_a_passing_run_opens_the_gate(plan, world):
+    got, notes = _gate(plan, world)
+    assert got.open and got.report is PASS and not got.forced and got.held is None
+    assert world.runs == [plan.ref()]
+    assert notes.said[0][0] == "status" and plan.ref() in notes.said[0][1]
+
+
+def test_a_pulled_image_is_judged_by_the_report_the_registry_stores_for_its_digest(plan, world):
+    world.stored["sha256:pulled"] = {"ok": True, "stages": [{"name": "x", "status": "pass"}]}
+    got, _ = _gate(plan, world, Built("pulled", "sha256:img", 1,
+                                      registry_digest="sha256:pulled"))
+    assert got.open and world.runs == []
+    assert got.report.reused == "registry" and got.report.stages == (
+        {"name": "x", "status": "pass"},)
+    assert got.report.image_id == "sha256:img"
+
+
+def test_a_report_made_before_for_this_image_is_taken_and_said(plan, world):
+    world.recalled = PASS
+    got, notes = _gate(plan, world)
+    assert got.open and world.runs == []
+    assert notes.said == [("info", f"smoke test not run again: {plan.ref()} passed it before "
+                                   f"({PASS.reused}); --resmoke runs it")]
+
+
+def test_resmoke_runs_it_again_whatever_was_made_before(plan, world):
+    world.recalled = PASS
+    _gate(plan, world, resmoke=True)
+    assert world.runs == [plan.ref()]
+
+
+def test_the_registrys_report_for_the_image_in_this_repository_is_taken(plan, world):
+    world.client.images.image.attrs["RepoDigests"] = [
+        "127.0.0.1:5000/other@sha256:elsewhere", "127.0.0.1:5000/acme@sha256:here"]
+    world.stored["sha256:elsewhere"] = {"ok": True, "stages": []}  # another repository's
+    world.stored["sha256:here"] = {"ok": True, "stages": [{"name": "x", "status": "pass"}]}
+    got, _ = _gate(plan, world)
+    assert got.report.reused == "registry, 127.0.0.1:5000/acme@sha256:here"
+    assert world.runs == []
+
+
+def test_without_a_smoke_run_the_tags_stay_and_say_why(plan, world):
+    got, notes = _gate(plan, world, run_smoke=False)
+    assert not got.open and got.held == "no smoke test ran (--no-smoke)"
+    assert notes.said == [("info", "moving tags not moved: no smoke test ran (--no-smoke)")]
+
+
+def test_a_failed_smoke_test_moves_the_content_tag_aside_and_fails(plan, world):
+    world.run_result = FAIL
+    with pytest.raises(JobFailed) as e:
+        _gate(plan, world)
+    failed = plan.ref(plan.content_tag + "-smoke-failed")
+    assert world.client.images.image.tagged == [tuple(failed.rsplit(":", 1))]
+    assert world.client.images.removed == [plan.ref()]
+    assert e.value.message == f"smoke test failed for {plan.target}; no tag was moved"
+    assert e.value.facts == ["checkpoint-cpu: fail: logits differ", "gpu-engine: skipped: "]
+    assert e.value.hint == (f"the image is kept as {failed} to inspect; "
+                            f"`imgbuild smoke {failed}` reruns the check")
+
+
+def test_force_moves_the_tags_of_a_failed_image_and_says_so_loudly(plan, world):
+    world.run_result = FAIL
+    got, notes = _gate(plan, world, force=True)
+    assert got.open and got.forced and world.client.images.removed == []
+    [(level, said)] = notes.said[1:]
+    assert level == "warn" and said.startswith(f"FORCED: the smoke test FAILED for {plan.ref()}")
+
+
+def test_an_image_for_no_registry_asks_no_registry(plan, world, monkeypatch):
+    local = registry.Repository.parse("imgbuild")
+    assert local.host is None
+
+    def asked(*a):
+        raise AssertionError("a registry was asked")
+    monkeypatch.setattr(registry, "fetch_report", asked)
+    monkeypatch.setattr(registry, "get_manifest", asked)
+    assert build_mod.earlier_report(plan, Built("built", "sha256:img", 1), world.client,
+                                    local) is None
