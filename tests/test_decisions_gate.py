@@ -183,3 +183,69 @@ def test_an_image_for_no_registry_asks_no_registry(plan, world, monkeypatch):
     monkeypatch.setattr(registry, "get_manifest", asked)
     assert build_mod.earlier_report(plan, Built("built", "sha256:img", 1), world.client,
                                     local) is None
+
+
+# --- which manifest under the content tag is this run's image ---------------------------------
+# A content tag, once published, never moves: a push finds the tag taken, and asks whether
+# what it holds is this very image (then nothing is pushed over it) or not.
+
+@pytest.fixture()
+def configs(monkeypatch):
+    """The registry's manifests by digest, as their configs' digests; the local image's."""
+    from imgbuild.image import wire
+
+    held = {"sha256:held": "sha256:cfg-a"}
+    mine = {"digest": "sha256:cfg-a"}
+    monkeypatch.setattr(registry, "image_config", lambda repo, digest: (
+        {"config": {"digest": held[digest]}}, {}))
+    monkeypatch.setattr(wire, "config_digest_of", lambda client, ref, platform: mine["digest"])
+    return mine
+
+
+def test_a_pulled_image_is_the_held_one_when_it_came_from_that_digest(plan, configs):
+    pulled = Built("pulled", "sha256:img", 1, registry_digest="sha256:held")
+    assert build_mod.held_is_this_image(plan, pulled, "sha256:held", None, REPO)
+    assert not build_mod.held_is_this_image(plan, pulled, "sha256:other", None, REPO)
+    assert not build_mod.held_is_this_image(plan, None, "sha256:held", None, REPO)
+
+
+def test_a_built_image_is_the_held_one_when_their_configs_are_one(plan, configs):
+    built = Built("built", "sha256:img", 1)
+    assert build_mod.held_is_this_image(plan, built, "sha256:held", None, REPO)
+    configs["digest"] = "sha256:cfg-b"  # the same tag, other bytes: another build's image
+    assert not build_mod.held_is_this_image(plan, built, "sha256:held", None, REPO)
+    configs["digest"] = None  # the Engine cannot say: not taken for this image
+    assert not build_mod.held_is_this_image(plan, built, "sha256:held", None, REPO)
+
+
+def test_a_spliced_image_is_the_held_one_when_its_config_is(plan, configs):
+    from types import SimpleNamespace
+
+    spliced = Built("spliced", "sha256:img", 1,
+                    spliced=SimpleNamespace(config_digest="sha256:cfg-a"))
+    assert build_mod.held_is_this_image(plan, spliced, "sha256:held", None, REPO)
+    configs["digest"] = "sha256:cfg-c"  # the local Engine's image is not asked: it has none
+    other = Built("spliced", "sha256:img", 1,
+                  spliced=SimpleNamespace(config_digest="sha256:cfg-c"))
+    assert not build_mod.held_is_this_image(plan, other, "sha256:held", None, REPO)
+    assert build_mod.held_is_this_image(plan, spliced, "sha256:held", None, REPO)
+
+
+# --- the build cache tag ----------------------------------------------------------------------
+
+def test_the_cache_tag_moves_only_onto_an_image_whose_inline_cache_has_the_heavy_steps(
+        plan, monkeypatch):
+    from .test_decisions_image_inlinecache import with_cache
+
+    moved, notes = [], Notes()
+    carried = with_cache({"records": [{"results": [{"layer": 1}]}, {"results": [{"layer": 2}]}]})
+    lacking = with_cache({"records": [{"results": [{"layer": 1}]}]})
+    configs = {"sha256:good": carried, "sha256:bad": lacking}
+    monkeypatch.setattr(registry, "image_config", lambda repo, d: ({}, configs[d]))
+    monkeypatch.setattr(registry, "tag_manifest", lambda repo, src, dst: moved.append((src, dst)))
+    assert build_mod.keep_build_cache(plan, REPO, "sha256:good", notes) == plan.ref(plan.cache_tag)
+    assert moved == [(plan.content_tag, plan.cache_tag)] and notes.said == []
+    assert build_mod.keep_build_cache(plan, REPO, "sha256:bad", notes) is None
+    assert moved == [(plan.content_tag, plan.cache_tag)]  # left where it was, and said
+    [(level, said)] = notes.said
+    assert said.startswith(f"{plan.ref(plan.cache_tag)} left where it was")
