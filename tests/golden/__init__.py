@@ -29,6 +29,9 @@ tests/test_decisions_imagepolicy.py compares the admission policies and TrustRoo
 `imgbuild run --emit k8s` writes for a signed-by policy (their names, headers and trust root)
 with admission/ here.
 
+tests/test_decisions_views_ci.py compares what `imgbuild outdated` and `imgbuild relock` show
+with ci/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -62,6 +65,7 @@ EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
 REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
 CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
 ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decisions_imagepolicy.py
+CI_VIEWS = Path(__file__).with_name("ci")  # made by tests/test_decisions_views_ci.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -182,6 +186,7 @@ def main(argv: list[str]) -> int:
         from tests.test_decisions_imagepolicy import pages as admission
         from tests.test_decisions_refusals import page as refusals
         from tests.test_decisions_views_checks import pages as views
+        from tests.test_decisions_views_ci import pages as ci_pages
         from tests.test_decisions_views_plan import pages as cli_pages
 
         FILE.write_text(text)
@@ -196,6 +201,7 @@ def main(argv: list[str]) -> int:
         _rewrite(EMIT, emitted())
         _rewrite(CLI, cli_pages())
         _rewrite(ADMISSION, admission())
+        _rewrite(CI_VIEWS, ci_pages())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0

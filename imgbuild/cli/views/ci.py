@@ -27,7 +27,8 @@ def outdated_news(out: Output, news: list[outdated.TargetNews]) -> None:
     for tn in news:
         t = Table(title=f"{tn.target} ({tn.lock})", title_justify="left")
         for col in ("package", "locked", "newest", "status"):
-            t.add_column(col)
+            # folded, not cut: a base image's tag is what the reader copies
+            t.add_column(col, overflow="fold")
         for p in tn.packages:
             t.add_row(p.package + (" (engine)" if p.role == "engine" else ""), p.locked or "-",
                       p.latest or "-", escape(outdated.summary(p)))
