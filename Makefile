@@ -105,8 +105,8 @@ clean:
 # doctor, check-model and patches show (tests/golden/views/), what `run --emit` writes
 # (tests/golden/emit/), what each refusal of bad input says (tests/golden/refusals.json) and
 # what list and plan show (tests/golden/cli/) and the admission policies `run --emit k8s`
-# writes for a signed-by policy (tests/golden/admission/) and what outdated and relock show
-# (tests/golden/ci/), after a change
+# writes for a signed-by policy (tests/golden/admission/), what outdated and relock show
+# (tests/golden/ci/) and what build shows when it ends (tests/golden/build/), after a change
 # meant to give new tags, text or claims; the tests fail on any other change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write

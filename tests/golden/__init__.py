@@ -32,6 +32,9 @@ with admission/ here.
 tests/test_decisions_views_ci.py compares what `imgbuild outdated` and `imgbuild relock` show
 with ci/ here.
 
+tests/test_decisions_views_build.py compares what `imgbuild build` shows when it ends (an
+image, an index; plain and JSON) with build/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -66,6 +69,7 @@ REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_ref
 CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
 ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decisions_imagepolicy.py
 CI_VIEWS = Path(__file__).with_name("ci")  # made by tests/test_decisions_views_ci.py
+BUILD_VIEWS = Path(__file__).with_name("build")  # made by tests/test_decisions_views_build.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -185,6 +189,7 @@ def main(argv: list[str]) -> int:
         from tests.test_decisions_emit import pages as emitted
         from tests.test_decisions_imagepolicy import pages as admission
         from tests.test_decisions_refusals import page as refusals
+        from tests.test_decisions_views_build import pages as build_pages
         from tests.test_decisions_views_checks import pages as views
         from tests.test_decisions_views_ci import pages as ci_pages
         from tests.test_decisions_views_plan import pages as cli_pages
@@ -202,6 +207,7 @@ def main(argv: list[str]) -> int:
         _rewrite(CLI, cli_pages())
         _rewrite(ADMISSION, admission())
         _rewrite(CI_VIEWS, ci_pages())
+        _rewrite(BUILD_VIEWS, build_pages())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0

@@ -24,7 +24,9 @@ if TYPE_CHECKING:  # named in annotations only: the build's view loads no base-i
     from ...pipeline.pull import PullOutcome
 
 
-def build(out: Output, o: Outcome) -> None:
+def build(out: Output, o: Outcome, *, title: str | None = None) -> None:
+    """What a build did. title: the heading (a platform's image of an index names its
+    platform)."""
     if out.json:
         out.print_json(o.to_dict())
         return
@@ -41,7 +43,8 @@ def build(out: Output, o: Outcome) -> None:
             f"{s['name']} {s['status']} {s.get('duration_s', 0):.1f}s"
             for s in g.report.stages)))
     rows.append(("tags", "\n".join([o.plan.ref()] + list(p.moved))))
-    if g.held:
+    if g.held and o.plan.tags:
+        # A platform's image of an index has no moving tags of its own: nothing stays put.
         rows.append(("not moved", f"{', '.join(o.plan.tags)}: {g.held}"))
     if p.report_ref:
         rows.append(("smoke report", p.report_ref))
@@ -54,7 +57,7 @@ def build(out: Output, o: Outcome) -> None:
                                f"{p.reused_layers} already in the registry"
                                + (f" ({p.mounted_layers} mounted from another repository)"
                                   if p.mounted_layers else "")))
-    kv(out.out, f"{o.plan.target}: {b.action}", rows)
+    kv(out.out, title or f"{o.plan.target}: {b.action}", rows)
 
 
 def build_index(out: Output, o: MultiOutcome) -> None:
@@ -62,7 +65,7 @@ def build_index(out: Output, o: MultiOutcome) -> None:
         out.print_json(o.to_dict())
         return
     for one in o.outcomes:
-        build(out, one)
+        build(out, one, title=f"{one.plan.target} {one.plan.platform}: {one.action}")
     rows = [("platforms", "\n".join(f"{p.platform}: {p.ref()}" for p in o.index.plans)),
             ("time", f"{o.seconds:.1f} s")]
     if o.moved:
