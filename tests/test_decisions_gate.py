@@ -249,3 +249,14 @@ def test_the_cache_tag_moves_only_onto_an_image_whose_inline_cache_has_the_heavy
     assert moved == [(plan.content_tag, plan.cache_tag)]  # left where it was, and said
     [(level, said)] = notes.said
     assert said.startswith(f"{plan.ref(plan.cache_tag)} left where it was")
+
+
+def test_a_platform_image_of_an_index_has_no_moving_tags_to_say_were_held(world):
+    from imgbuild.plan.index import make_index_plan
+
+    index = make_index_plan(checkout_workspace(), "tiny-cpu-multi",
+                            repository="127.0.0.1:5000/acme", resolve=False)
+    platform_plan = index.plans[0]
+    assert platform_plan.tags == ()
+    got, notes = _gate(platform_plan, world, run_smoke=False)
+    assert not got.open and got.held == "no smoke test ran (--no-smoke)" and notes.said == []
