@@ -1,0 +1,122 @@
+"""Two decisions around uv that ran only with the network (lock/freshness.py freshness and
+lock/resolve.py lock_many), with uv's answer as the seam: whether a committed lock has drifted
+from what resolves now (what gets installed counts, not uv's `# via` notes), and how several
+targets are locked side by side (in order, one failure not stopping the others, each said).
+
+uv itself resolves against a real index in tests/test_lock*.py."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from imgbuild.errors import ResolveError
+from imgbuild.lock import freshness as fresh_mod
+from imgbuild.lock import resolve as resolve_mod
+
+from .conftest import checkout_workspace
+
+LOCK = "lockfiles/tiny-cpu.py3.11-manylinux_2_36-x86_64.txt"
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return checkout_workspace().target("tiny-cpu")
+
+
+def _body(path) -> str:
+    from imgbuild.lock.lockfile import read_lock
+
+    return read_lock(path).body
+
+
+def test_a_lock_that_resolves_the_same_is_fresh_and_via_notes_are_no_drift(ref, monkeypatch):
+    body = _body(ref.lock_path)
+    asked = []
+
+    def resolve(req, wheels, prefer=None):
+        asked.append(prefer)
+        return re.sub(r"    # via .*", "    # via something-else", body)
+    monkeypatch.setattr(fresh_mod, "resolve", resolve)
+    got = fresh_mod.freshness(ref.request, ref.lock_path)
+    assert not got.stale
+    assert [d for d in got.diff if not d.startswith(("---", "+++"))] == []  # no pin moved
+    assert asked == [body]  # uv is asked to keep the committed versions
+
+
+def test_a_lock_whose_pins_differ_is_stale_with_the_pins_that_moved(ref, monkeypatch):
+    body = _body(ref.lock_path)
+    moved = body.replace("click==8.5.1", "click==8.5.2", 1)
+    monkeypatch.setattr(fresh_mod, "resolve", lambda req, wheels, prefer=None: moved)
+    got = fresh_mod.freshness(ref.request, ref.lock_path)
+    assert got.stale
+    assert [d for d in got.diff if not d.startswith(("---", "+++"))] == [
+        "-click==8.5.1 \\", "+click==8.5.2 \\"]
+    name = ref.lock_path.name
+    assert got.diff[:2] == (f"--- {name} (committed)", f"+++ {name} (resolved now)")
+
+
+def test_a_missing_lock_is_stale_and_uv_prefers_nothing(ref, monkeypatch, tmp_path):
+    asked = []
+    monkeypatch.setattr(fresh_mod, "resolve", lambda req, wheels, prefer=None: (
+        asked.append(prefer), _body(ref.lock_path))[1])
+    assert fresh_mod.freshness(ref.request, tmp_path / "none.txt").stale
+    assert asked == [None]
+
+
+def test_a_lock_uv_cannot_keep_is_resolved_again_with_its_conflicts_explained(ref, monkeypatch):
+    def resolve(req, wheels, prefer=None):
+        raise ResolveError("no solution", facts=["uv's chain"])
+
+    def explained(req, wheels):
+        raise ResolveError("explained", facts=["every conflict"])
+    monkeypatch.setattr(fresh_mod, "resolve", resolve)
+    monkeypatch.setattr(fresh_mod, "resolve_explained", explained)
+    with pytest.raises(ResolveError) as e:
+        fresh_mod.freshness(ref.request, ref.lock_path)
+    assert e.value.message == "explained"
+
+
+# --- several targets side by side -------------------------------------------------------------
+
+def test_targets_are_locked_side_by_side_in_order_and_one_failure_stops_none(ref, monkeypatch,
+                                                                             tmp_path):
+    from dataclasses import replace
+
+    from imgbuild.errors import InputError
+
+    reqs = [replace(ref.request, target=n) for n in ("a", "b", "c")]
+    threads, notes = set(), []
+    barrier = threading.Barrier(3, timeout=10)  # all three at once, or this times out
+
+    def ensure(r, lock_dir, wheels, refresh=False):
+        threads.add(threading.get_ident())
+        barrier.wait()
+        if r.target == "b":
+            raise InputError("b's spec is wrong")
+        return type("Lock", (), {"packages": (1, 2, 3)})(), r.target == "a"
+    monkeypatch.setattr(resolve_mod, "ensure_lock", ensure)
+    got = resolve_mod.lock_many(reqs, tmp_path, jobs=3, note=notes.append)
+    assert [(w, type(e).__name__ if e else None) for _, w, e in got] == [
+        (True, None), (False, "InputError"), (False, None)]
+    assert got[1][0] is None and len(threads) == 3
+    # each target with no lock yet is said when it starts; the one written, with its count
+    starts = sorted(n for n in notes if n.startswith("locking "))
+    assert starts == [f"locking {t} ({ref.request.uv_platform}) with uv ..." for t in "abc"]
+    [done] = [n for n in notes if n.startswith("locked ")]
+    assert re.fullmatch(rf"locked a \({re.escape(ref.request.uv_platform)}\): 3 packages in "
+                        r"\d+\.\d s", done)
+
+
+def test_a_lock_already_there_is_not_said_to_be_locking_unless_refreshed(ref, monkeypatch,
+                                                                         tmp_path):
+    (tmp_path / ref.request.filename()).write_text("")
+    notes = []
+    monkeypatch.setattr(resolve_mod, "ensure_lock", lambda r, d, w, refresh=False: (
+        type("Lock", (), {"packages": ()})(), False))
+    resolve_mod.lock_many([ref.request], tmp_path, note=notes.append)
+    assert notes == []
+    resolve_mod.lock_many([ref.request], tmp_path, refresh=True, jobs=0, note=notes.append)
+    assert notes == [f"locking tiny-cpu ({ref.request.uv_platform}) with uv ..."]
