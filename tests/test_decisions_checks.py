@@ -181,3 +181,48 @@ def test_listing_says_which_patches_the_lock_leaves_out_or_puts_out_of_range(mon
     monkeypatch.setattr(patches, "target_patches", lambda target, known: [])
     assert patches.listing(ws, "sglang-0516-blackwell") == patches.PatchReport(
         "sglang-0516-blackwell", False, ())
+
+
+# --- what of a wheel is unpacked to check a patch ----------------------------------------------
+
+def _wheel(members: dict[str, bytes]):
+    import io
+    import zipfile
+
+    from imgbuild.lock.wheels import Wheel
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(zipfile.ZipInfo(name), data)
+    return Wheel("pkg", "1.0", "pkg-1.0-py3-none-any.whl", None, "cache", 0, None,
+                 zipfile.ZipFile(io.BytesIO(buf.getvalue())))
+
+
+def test_only_the_patched_files_and_the_dist_info_are_unpacked(tmp_path):
+    from imgbuild.checks.patches import extract
+
+    w = _wheel({"pkg/": b"", "pkg/a.py": b"a", "pkg/b.py": b"b", "pkg/sub/c.py": b"c",
+                "pkg-1.0.dist-info/RECORD": b"r", "pkg-1.0.dist-info/METADATA": b"m",
+                "other.dist-info.txt": b"x"})
+    got = extract(w, tmp_path, ["pkg/sub/c.py"])
+    assert got == tmp_path
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["pkg-1.0.dist-info/METADATA", "pkg-1.0.dist-info/RECORD", "pkg/sub/c.py"]
+    assert (tmp_path / "pkg/sub/c.py").read_bytes() == b"c"
+    every = tmp_path / "every"
+    extract(w, every)  # None: every member (a directory entry is no file)
+    assert sorted(str(p.relative_to(every)) for p in every.rglob("*") if p.is_file()) == [
+        "other.dist-info.txt", "pkg-1.0.dist-info/METADATA", "pkg-1.0.dist-info/RECORD",
+        "pkg/a.py", "pkg/b.py", "pkg/sub/c.py"]
+
+
+def test_a_member_that_would_land_outside_the_scratch_site_is_not_written(tmp_path):
+    from imgbuild.checks.patches import extract
+
+    site = tmp_path / "site"
+    # an absolute name that points into tmp_path: were it written, it would be seen here
+    w = _wheel({"../evil.py": b"x", "pkg/../../evil2.py": b"y",
+                f"{tmp_path}/outside/abs.py": b"z", "pkg/ok.py": b"ok"})
+    extract(w, site)
+    assert [p.name for p in tmp_path.rglob("*.py")] == ["ok.py"]
