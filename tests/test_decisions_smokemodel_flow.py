@@ -1,0 +1,164 @@
+"""Where a build's smoke model comes from (pipeline/smokemodel.py smoke_model and
+publish_smoke_model), without an Engine or a registry: this machine's cache first, then the
+registry's artifact (unpacked and verified before it is used), else the generator; a generated
+one that does not verify fails the build; a push skips a registry that has it already.
+
+The checkpoint here is a stand-in that carries a reference a real one would (the files it
+lists, with their sizes and sha256, and the recipe key): smokemodel.is_complete judges it as it
+judges a real one. tests/test_smokemodel.py generates real ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imgbuild.errors import JobFailed
+from imgbuild.image import registry
+from imgbuild.payload import smoke as payload
+from imgbuild.pipeline import smokemodel as sm
+from imgbuild.plan.decide import smoke_model_key
+from imgbuild.progress import SILENT
+
+from .conftest import checkout_workspace
+
+ALIAS = "tiny-nvfp4"
+REPO = registry.Repository.parse("127.0.0.1:5000/acme")
+
+
+def checkpoint(path: Path, key: str) -> Path:
+    """A stand-in checkpoint `is_complete` accepts for `key`."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"model_type": "llama"}')
+    (path / "model.safetensors").write_bytes(b"\0" * 64)
+    ref = path / payload.REFERENCE_DIR
+    ref.mkdir()
+    (ref / payload.REFERENCE_TENSORS).write_bytes(b"tensors")
+    (ref / payload.REFERENCE_JSON).write_text(json.dumps({
+        "key": key, "schema": payload.REFERENCE_SCHEMA, "files": payload.file_manifest(path)}))
+    return path
+
+
+@pytest.fixture()
+def ws(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    return checkout_workspace()
+
+
+@pytest.fixture()
+def key(ws):
+    return smoke_model_key(ws, ALIAS)
+
+
+@pytest.fixture()
+def world(monkeypatch, tmp_path):
+    w = type("World", (), {})()
+    w.artifact, w.generated, w.pushed, w.tags = None, [], [], {}
+
+    def fetch(repo, tag, artifact_type):
+        assert artifact_type == sm.ARTIFACT_TYPE
+        return w.artifact
+    monkeypatch.setattr(registry, "fetch_artifact", fetch)
+    monkeypatch.setattr(registry, "manifest_digest", lambda repo, tag: w.tags.get(tag))
+    monkeypatch.setattr(registry, "push_artifact", lambda *a, **kw: w.pushed.append((a, kw)))
+
+    def generate(ws, alias, key, client, repo, path, *, log_dir, progress):
+        w.generated.append(alias)
+        checkpoint(tmp_path / "made", w.generate_key or key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sm._publish(tmp_path / "made", path, sm.smokemodel.spec_for(ws.catalog.model(alias)),
+                    key)
+    w.generate_key = None
+    monkeypatch.setattr(sm, "_generate", generate)
+    return w
+
+
+class Notes:
+    def __init__(self):
+        self.said = []
+
+    def note(self, message, *, level="info"):
+        self.said.append(message)
+
+
+def _entry(ws, key) -> Path:
+    spec = sm.smokemodel.spec_for(ws.catalog.model(ALIAS))
+    return sm.smokemodel.cache_path(spec, key=key)
+
+
+def test_a_checkpoint_this_machine_has_is_used_and_nothing_is_asked(ws, key, world):
+    checkpoint(_entry(ws, key), key)
+    world.artifact = "not asked"
+    assert sm.smoke_model(ws, ALIAS, key, None, REPO) == _entry(ws, key)
+    assert world.generated == []
+
+
+def test_the_registrys_artifact_is_unpacked_verified_and_kept(ws, key, world, tmp_path):
+    layer = sm.layer_tar(checkpoint(tmp_path / "theirs", key))
+    world.artifact = ("sha256:x", {}, layer)
+    notes = Notes()
+    got = sm.smoke_model(ws, ALIAS, key, None, REPO, progress=notes)
+    assert got == _entry(ws, key) and sm.smokemodel.is_complete(
+        got, sm.smokemodel.spec_for(ws.catalog.model(ALIAS)), key)
+    assert world.generated == []
+    [said] = notes.said
+    assert said.startswith(f"smoke model {ALIAS} ({key[:12]}): fetched from {REPO.name} in ")
+
+
+def test_an_artifact_made_for_another_key_is_refused_and_not_kept(ws, key, world, tmp_path):
+    world.artifact = ("sha256:x", {}, sm.layer_tar(checkpoint(tmp_path / "theirs", "other")))
+    with pytest.raises(JobFailed) as e:
+        sm.smoke_model(ws, ALIAS, key, None, REPO)
+    assert e.value.message == (f"{REPO.name}:{sm.artifact_tag(ALIAS, key)} does not hold the "
+                               "smoke model its tag names")
+    assert not _entry(ws, key).exists()
+
+
+def test_without_a_registry_or_an_artifact_the_generator_makes_it(ws, key, world):
+    notes = Notes()
+    local = registry.Repository.parse("imgbuild")
+    world.artifact = "never asked: no registry"
+    assert sm.smoke_model(ws, ALIAS, key, None, local, progress=notes) == _entry(ws, key)
+    assert world.generated == [ALIAS]
+    assert notes.said[0].startswith(f"smoke model {ALIAS} ({key[:12]}): made by the generator")
+
+
+def test_a_generated_checkpoint_that_does_not_verify_fails_the_build(ws, key, world):
+    world.generate_key = "a key the generator got wrong"
+    with pytest.raises(JobFailed) as e:
+        sm.smoke_model(ws, ALIAS, key, None, REPO)
+    assert e.value.message == (f"the generator made smoke model {ALIAS} ({key[:12]}), but it "
+                               "does not verify")
+    gen = ws.catalog.model(ALIAS).generator_image
+    assert e.value.hint.endswith(f"`imgbuild build {gen} --rebuild`")
+
+
+def test_a_push_skips_a_registry_that_has_it_and_a_repository_with_no_registry(ws, key,
+                                                                                world):
+    assert sm.publish_smoke_model(ws, ALIAS, key, None, registry.Repository.parse("x")) is None
+    tag = sm.artifact_tag(ALIAS, key)
+    world.tags[tag] = "sha256:there"
+    assert sm.publish_smoke_model(ws, ALIAS, key, None, REPO) == tag
+    assert world.pushed == [] and world.generated == []
+
+
+def test_a_push_sends_the_checkpoint_as_an_artifact_with_its_file_list(ws, key, world):
+    notes = Notes()
+    tag = sm.publish_smoke_model(ws, ALIAS, key, None, REPO, progress=notes)
+    assert tag == sm.artifact_tag(ALIAS, key) and world.generated == [ALIAS]
+    [(args, kw)] = world.pushed
+    repo, pushed_tag, artifact_type, doc, layer, layer_type = args
+    assert (repo, pushed_tag, artifact_type, layer_type) == (
+        REPO, tag, sm.ARTIFACT_TYPE, sm.LAYER_TYPE)
+    spec = sm.smokemodel.spec_for(ws.catalog.model(ALIAS))
+    assert doc == {"name": ALIAS, "key": key, "spec": spec.key(),
+                   "files": payload.file_manifest(_entry(ws, key))}
+    assert layer == sm.layer_tar(_entry(ws, key))
+    assert kw == {"annotations": {"io.imgbuild.smoke-model.key": key}}
+    assert notes.said[-1] == f"pushed {REPO.name}:{tag}"
+
+
+def test_silent_progress_is_the_default(ws, key, world):
+    checkpoint(_entry(ws, key), key)
+    assert sm.smoke_model(ws, ALIAS, key, None, REPO, progress=SILENT) == _entry(ws, key)
