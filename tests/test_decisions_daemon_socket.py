@@ -1,0 +1,142 @@
+"""image/daemon.py's own Engine client, without an Engine: an HTTP server on a unix socket in
+this process answers as the Engine API does (GET /images/NAME/json, POST
+/images/ID/tag?repo=&tag=&force=). What is decided: an image is looked up by its name quoted as
+the docker SDK quotes it; a plain success is answered here, anything else (not there, an error,
+an answer that is not an image) is handed to the SDK, which answers as it always did; a tag is
+201 or the SDK's; a reload asks again.
+
+The same client against real Engines is in tests/test_engines.py."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socketserver
+import threading
+from pathlib import Path
+
+import pytest
+
+from imgbuild.image import daemon
+
+IMAGE = {"Id": "sha256:" + "a" * 64, "RepoTags": ["127.0.0.1:5000/acme:t-1"],
+         "Config": {"Labels": {"io.imgbuild.target": "tiny-cpu"}}}
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+@pytest.fixture()
+def engine(tmp_path, monkeypatch):
+    """A socket answering as the Engine: `answers` maps (method, path) to (status, body)."""
+    asked: list[tuple[str, str]] = []
+    answers: dict[tuple[str, str], tuple[int, bytes]] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            asked.append((self.command, self.path))
+            status, body = answers.get((self.command, self.path.split("?")[0]),
+                                       (404, b'{"message":"No such image"}'))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def address_string(self):
+            return "unix"
+
+        def log_message(self, *a):
+            pass
+
+    sock = str(tmp_path / "docker.sock")
+    server = _Server(sock, Handler)
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+    sdk_calls: list = []
+
+    class SDKImages:
+        def get(self, name):
+            sdk_calls.append(("get", name))
+            return "the SDK's image"
+
+        def list(self):
+            sdk_calls.append(("list",))
+            return []
+
+    class SDKApi:
+        def tag(self, image, repository, tag=None, **kw):
+            sdk_calls.append(("tag", image, repository, tag, kw))
+            return "the SDK's answer"
+
+    class SDK:
+        images, api = SDKImages(), SDKApi()
+        version = staticmethod(lambda: {"Version": "29.0.0"})
+
+    monkeypatch.setattr(daemon, "sdk_client", SDK)
+    e = daemon.Engine(sock)
+    e.asked, e.answers, e.sdk_calls = asked, answers, sdk_calls
+    yield e
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_image_here_is_read_from_the_socket_by_its_quoted_name(engine):
+    engine.answers[("GET", "/images/127.0.0.1:5000/acme:t%201/json")] = (
+        200, json.dumps(IMAGE).encode())
+    img = engine.images.get("127.0.0.1:5000/acme:t 1")
+    assert (img.id, img.labels, img.attrs) == (IMAGE["Id"], IMAGE["Config"]["Labels"], IMAGE)
+    assert engine.sdk_calls == []  # the socket answered: the SDK is not even made
+
+
+@pytest.mark.parametrize("status, body", [
+    (404, b'{"message":"No such image"}'), (500, b"{}"), (200, b"not json"),
+    (200, b'{"Id": ""}'), (200, b"[]")])
+def test_anything_but_an_image_is_the_sdks_to_answer(engine, status, body):
+    engine.answers[("GET", "/images/x/json")] = (status, body)
+    assert engine.images.get("x") == "the SDK's image"
+    assert engine.sdk_calls == [("get", "x")]
+
+
+def test_an_image_without_labels_has_none(engine):
+    engine.answers[("GET", "/images/x/json")] = (200, json.dumps(
+        {"Id": "sha256:b", "Config": {"Labels": None}}).encode())
+    assert engine.images.get("x").labels == {}
+    engine.answers[("GET", "/images/x/json")] = (200, b'{"Id": "sha256:b"}')
+    assert engine.images.get("x").labels == {}
+
+
+def test_a_tag_is_the_engines_201_else_the_sdks(engine):
+    engine.answers[("GET", "/images/x/json")] = (200, json.dumps(IMAGE).encode())
+    img = engine.images.get("x")
+    engine.answers[("POST", f"/images/{IMAGE['Id']}/tag")] = (201, b"")
+    assert img.tag("127.0.0.1:5000/acme", "t-2") is True
+    assert engine.asked[-1] == ("POST", f"/images/{IMAGE['Id']}/tag?tag=t-2&"
+                                        "repo=127.0.0.1%3A5000%2Facme&force=0")
+    assert img.tag("r", force=True) is True  # no tag: latest, as the SDK leaves it to the Engine
+    assert engine.asked[-1] == ("POST", f"/images/{IMAGE['Id']}/tag?repo=r&force=1")
+    assert engine.sdk_calls == []
+    engine.answers[("POST", f"/images/{IMAGE['Id']}/tag")] = (409, b"{}")
+    assert img.tag("r", "t") == "the SDK's answer"
+    # an argument this client does not speak goes to the SDK whole
+    assert img.tag("r", "t", other=1) == "the SDK's answer"
+    assert engine.sdk_calls[-1] == ("tag", IMAGE["Id"], "r", "t", {"other": 1})
+
+
+def test_a_reload_asks_again_and_the_rest_is_the_sdks(engine):
+    engine.answers[("GET", "/images/x/json")] = (200, json.dumps(IMAGE).encode())
+    img = engine.images.get("x")
+    newer = IMAGE | {"RepoTags": ["r:new"]}
+    engine.answers[("GET", f"/images/{IMAGE['Id']}/json")] = (200, json.dumps(newer).encode())
+    img.reload()
+    assert img.attrs == newer
+    assert engine.images.list() == [] and engine.version() == {"Version": "29.0.0"}
+    assert ("list",) in engine.sdk_calls
+
+
+def test_a_socket_no_one_answers_is_the_sdks_to_say(tmp_path, monkeypatch):
+    monkeypatch.setattr(daemon, "sdk_client", lambda: type("SDK", (), {"images": type(
+        "I", (), {"get": staticmethod(lambda name: f"the SDK on {name}")})()})())
+    e = daemon.Engine(str(Path(tmp_path) / "nothing.sock"))
+    assert e.images.get("x") == "the SDK on x"
