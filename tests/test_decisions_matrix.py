@@ -447,3 +447,42 @@ def test_a_failed_git_archive_is_said_with_gits_words(repo, monkeypatch):
         matrix.jobs(Workspace(repo / "images", repo / "lockfiles"), changed_since="HEAD")
     assert e.value.message == "--changed-since HEAD: git archive failed"
     assert e.value.facts == ["fatal: \ufffd bad object"]  # undecodable bytes replaced
+
+
+# --- each job's build context, as CI's Bake build reads it ------------------------------------
+
+def test_each_jobs_context_is_assembled_whole_with_its_smoke_checkpoint(tmp_path, monkeypatch):
+    """write_contexts, the smoke checkpoint a stand-in by its recipe key (where it comes from
+    is tests/test_decisions_smokemodel_flow.py's): the context `imgbuild build` would make, with
+    the Dockerfile Bake reads inline, and a context left by an earlier run replaced whole."""
+    from .test_decisions_smokemodel_flow import checkpoint
+
+    ws = checkout_workspace()
+    [job] = [j for j in matrix.jobs(ws) if j.target == "tiny-cpu"]
+    asked = []
+    ckpt = checkpoint(tmp_path / "ckpt", job.plan.smoke_model_key)
+
+    def smoke_model(ws_, alias, key, client, repo):
+        asked.append((alias, key, repo.name))
+        return ckpt
+    monkeypatch.setattr(matrix, "smoke_model", smoke_model)
+    monkeypatch.setattr(matrix.daemon, "client", lambda: None)
+    dest = tmp_path / "contexts"
+    (dest / job.name).mkdir(parents=True)
+    (dest / job.name / "left-by-an-earlier-run").write_text("x")
+    got = matrix.write_contexts([job], ws, dest, repository="ghcr.io/acme/imgbuild")
+    assert got == {job.name: dest / job.name}
+    ctx = got[job.name]
+    assert not (ctx / "left-by-an-earlier-run").exists()
+    assert asked == [(job.plan.smoke_model, job.plan.smoke_model_key, "ghcr.io/acme/imgbuild")]
+    doc = matrix.bake([job], ws, context_dir=str(dest))
+    assert (ctx / "Dockerfile").read_text() == doc["target"][job.name]["dockerfile-inline"]
+    # the checkpoint is in the context, as the Dockerfile copies it
+    assert any(p.name == "config.json" for p in ctx.rglob("config.json"))
+
+
+def test_a_job_made_without_a_plan_is_refused():
+    job = dataclasses.replace(matrix.jobs(checkout_workspace())[0], plan=None)
+    with pytest.raises(InputError) as e:
+        matrix.write_contexts([job], checkout_workspace(), Path("/nonexistent"))
+    assert e.value.message == f"job {job.name} carries no plan"
