@@ -13,6 +13,7 @@ from imgbuild.catalog.patches import Patch, Variant
 from imgbuild.checks import patches
 from imgbuild.workspace import Workspace
 
+from .conftest import checkout_workspace
 from .test_patches import ORIGINAL, PATCHED, make_site, tree, unified
 
 
@@ -226,3 +227,43 @@ def test_a_member_that_would_land_outside_the_scratch_site_is_not_written(tmp_pa
                 f"{tmp_path}/outside/abs.py": b"z", "pkg/ok.py": b"ok"})
     extract(w, site)
     assert [p.name for p in tmp_path.rglob("*.py")] == ["ok.py"]
+
+
+# --- what the dependency check is asked to check --------------------------------------------
+
+def test_the_dependency_check_reads_the_served_and_the_smoke_models_formats(monkeypatch):
+    from imgbuild.checks import deps, drift
+
+    ws = checkout_workspace()
+    asked, checked = [], []
+    monkeypatch.setattr(drift, "profile_formats",
+                        lambda profile, fams: asked.append(profile.alias) or [(profile.alias, "f")])
+    monkeypatch.setattr(drift, "check", lambda lock, fams, model_formats, index_urls: checked.append(
+        (lock, model_formats, index_urls)) or [])
+    t = ws.catalog.target("sglang-blackwell")
+    deps.check_deps(ws, "sglang-blackwell", model=None)
+    # no model asked for: the target's default, then the smoke model every image loads
+    assert asked == [a for a in dict.fromkeys((t.default_model, t.smoke_model)) if a]
+    [(lock, formats, urls)] = checked
+    assert formats == [(a, "f") for a in asked] and lock == ws.target("sglang-blackwell").lock()
+    from imgbuild.lock import wheels
+
+    # the indexes the target's lock was made from: the drift check reads those wheels
+    assert urls == wheels.index_urls(ws.target("sglang-blackwell").request.extra_index_urls)
+    asked.clear()
+    deps.check_deps(ws, "sglang-blackwell", model=t.smoke_model)  # the same model once
+    assert asked == [t.smoke_model]
+
+
+def test_the_dependency_check_reads_the_lock_of_the_platform_asked_for(monkeypatch):
+    from imgbuild.checks import deps, drift
+
+    ws = checkout_workspace()
+    checked = []
+    monkeypatch.setattr(drift, "check", lambda lock, fams, model_formats, index_urls: checked.append(
+        lock) or [])
+    deps.check_deps(ws, "tiny-cpu-multi", model=None, platform="linux/arm64")
+    deps.check_deps(ws, "tiny-cpu-multi", model=None)
+    assert checked == [ws.target("tiny-cpu-multi", "linux/arm64").lock(),
+                       ws.target("tiny-cpu-multi").lock()]
+    assert checked[0] != checked[1]
