@@ -247,3 +247,100 @@ def test_a_cut_rest_layer_is_counted_as_sent_and_placed_where_it_belongs():
     assert got.facts[5] == splice.imagecheck.LayerFact("sha256:restblob", 77, "sha256:rest", "sent")
     assert got.pushed.sent_layers == 3 and got.pushed.sent_bytes == top.sent_bytes + 77
     assert got.size_bytes == 1000 + 7000 + sum(la["size"] for la in d.layers)
+
+
+# --- finding a donor in the registry ----------------------------------------------------------
+# The registry scripted as Distribution answers: each tag's image for the platform, and its layer
+# blobs, compressed as pushed. donor_from (above) judges each; find_donor picks the first.
+
+def _gz(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, mtime=0)
+
+
+@pytest.fixture()
+def held(monkeypatch):
+    """tag -> (digest, manifest, config); digest -> blob."""
+    h = {"images": {}, "blobs": {}, "asked": []}
+
+    def platform_image(repo, tag, platform):
+        h["asked"].append((tag, platform))
+        return h["images"].get(tag)
+    monkeypatch.setattr(splice.registry, "platform_image", platform_image)
+    monkeypatch.setattr(splice.registry, "get_blob", lambda repo, d: h["blobs"][d])
+    monkeypatch.setattr(splice, "heavy_texts", lambda plan, lock: {"heavy": HEAVY_TEXT})
+    return h
+
+
+def _image(h, tag: str, text: str):
+    cfg = recorded()
+    manifest = manifest_of(cfg)
+    for la in manifest["layers"]:  # each image its own blobs
+        la["digest"] = la["digest"][:-len(tag)] + tag
+    h["images"][tag] = ("sha256:" + tag.encode().hex().ljust(64, "0")[:64], manifest, cfg)
+    h["blobs"][manifest["layers"][2]["digest"]] = _gz(tar_of(PATH, text))
+
+
+def test_the_first_tag_whose_heavy_layers_are_this_builds_is_the_donor(held):
+    from types import SimpleNamespace
+
+    repo = splice.registry.Repository.parse("127.0.0.1:5000/acme")
+    _image(held, "other-lock", "numpy==1.0\n")
+    _image(held, "same-lock", HEAVY_TEXT)
+    plan = SimpleNamespace(platform="linux/arm64")
+    refs = [f"{repo.name}:missing", f"{repo.name}:other-lock", f"{repo.name}:other-lock",
+            f"{repo.name}:same-lock", f"{repo.name}:never-asked"]
+    got, why = splice.find_donor(repo, plan, None, refs, GZIP)
+    assert got is not None and got.ref == "same-lock"
+    assert got.digest == held["images"]["same-lock"][0]
+    assert why == [f"{repo.name}:other-lock: its heavy lock part is not this build's"]
+    # each tag asked once, for this plan's platform, and none after the donor
+    assert held["asked"] == [("missing", "linux/arm64"), ("other-lock", "linux/arm64"),
+                             ("same-lock", "linux/arm64")]
+
+
+def test_no_donor_among_the_tags_says_why_for_each(held):
+    from types import SimpleNamespace
+
+    repo = splice.registry.Repository.parse("127.0.0.1:5000/acme")
+    _image(held, "a", "numpy==1.0\n")
+    got, why = splice.find_donor(repo, SimpleNamespace(platform="linux/amd64"), None,
+                                 [f"{repo.name}:a"], GZIP)
+    assert got is None and why == [f"{repo.name}:a: its heavy lock part is not this build's"]
+
+
+def test_a_file_is_read_from_a_layer_in_its_compression_or_is_not_there(held):
+    repo = splice.registry.Repository.parse("127.0.0.1:5000/acme")
+    held["blobs"]["sha256:g"] = _gz(tar_of(PATH, "in gzip\n"))
+    layer = {"mediaType": GZIP.media_type, "digest": "sha256:g"}
+    assert splice._file_in_layer(repo, layer, PATH) == b"in gzip\n"
+    assert splice._file_in_layer(repo, layer, "/opt/not-there.txt") is None
+    import tarfile as tf_mod
+
+    buf = io.BytesIO()
+    with tf_mod.open(fileobj=buf, mode="w") as t:
+        d = tf_mod.TarInfo(PATH.lstrip("/"))
+        d.type = tf_mod.DIRTYPE  # a directory where the file would be: no bytes
+        t.addfile(d)
+    held["blobs"]["sha256:dir"] = _gz(buf.getvalue())
+    assert splice._file_in_layer(repo, {"mediaType": GZIP.media_type, "digest": "sha256:dir"},
+                                 PATH) is None
+
+
+def test_the_heavy_parts_a_build_reads_are_its_lock_parts():
+    from imgbuild.plan.decide import make_plan
+
+    from .conftest import checkout_workspace
+
+    ws = checkout_workspace()
+    for name in ("tiny-cpu", "sglang-blackwell"):
+        plan = make_plan(ws, name, resolve=False)
+        lock = ws.target(name).lock()
+        texts = splice.heavy_texts(plan, lock)
+        assert tuple(texts) == splice.heavy_parts(plan)
+        if plan.split_heavy:
+            assert splice.heavy_parts(plan) == splice.HEAVY_LAYERS
+            assert texts == {p: lock.requirements_text(layer=p) for p in splice.HEAVY_LAYERS}
+        else:
+            assert texts == {"heavy": lock.requirements_text(heavy=True)}
