@@ -226,3 +226,58 @@ def test_the_engine_and_its_gpu_archs_are_read_from_the_labels():
     assert schemes.engine_of({"io.imgbuild.archs": "cpu"}) == ("", None, [], None)
     assert schemes.engine_of({"io.imgbuild.engine": "vllm", "io.imgbuild.archs": "sm90"}) == \
         ("vllm", None, ["sm90"], None)
+
+
+# --- asking a registry for the catalog's CUDA digests ------------------------------------------
+
+def test_every_cuda_tag_of_the_catalog_is_asked_of_docker_hub_or_the_mirror(monkeypatch):
+    from .conftest import checkout_workspace
+
+    cat = checkout_workspace().catalog
+    asked = []
+    monkeypatch.setattr(digests, "_digest", lambda repo, tag: asked.append(
+        (repo.host, repo.path, tag)) or (None if tag.endswith("ubuntu22.04") else "sha256:x"))
+    got = digests.refresh(cat)
+    want = digests.tags(cat)
+    assert list(got) == want and len(want) > 2
+    assert [(h, t) for h, _, t in asked] == [(digests.HUB_HOST, i.rpartition(":")[2])
+                                            for i in want]
+    assert {p for _, p, _ in asked} == {"nvidia/cuda"}
+    assert {k for k, v in got.items() if v is None} == {i for i in want
+                                                       if i.endswith("ubuntu22.04")}
+    asked.clear()
+    digests.refresh(cat, mirror="mirror.example:5000")
+    assert {h for h, _, _ in asked} == {"mirror.example:5000"}
+
+
+@pytest.mark.parametrize("mirror, where", [(None, f"Docker Hub ({digests.HUB_HOST})"),
+                                           ("mirror.example:5000", "mirror.example:5000")])
+def test_an_unreachable_registry_leaves_the_digests_as_they_are_and_says_where(monkeypatch,
+                                                                               mirror, where):
+    from .conftest import checkout_workspace
+
+    def unreachable(repo, tag):
+        raise EnvError("connection refused", facts=["tried 3 times"])
+    monkeypatch.setattr(digests, "_digest", unreachable)
+    with pytest.raises(EnvError) as e:
+        digests.refresh(checkout_workspace().catalog, mirror=mirror)
+    assert e.value.message == f"{where} is unreachable: the digests stay as they are"
+    assert e.value.facts == ["connection refused", "tried 3 times"]
+    assert "--mirror" in e.value.hint
+
+
+def test_the_refreshed_digests_are_written_to_the_projects_bases_and_read_back(monkeypatch,
+                                                                               tmp_path):
+    import shutil
+
+    from imgbuild.workspace import Workspace
+
+    from .conftest import ROOT
+
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    ws = Workspace(tmp_path / "images", ROOT / "lockfiles")
+    monkeypatch.setattr(digests, "_digest", lambda repo, tag: "sha256:" + "a" * 64)
+    got = digests.refresh_catalog(ws)
+    text = (tmp_path / "images" / "bases.yaml").read_text()
+    assert all(f'"{image}": "sha256:{"a" * 64}"' in text for image in got)
+    assert (ROOT / "images" / "bases.yaml").read_text() != text  # the checkout's is untouched
