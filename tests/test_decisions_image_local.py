@@ -281,3 +281,50 @@ def test_the_refreshed_digests_are_written_to_the_projects_bases_and_read_back(m
     text = (tmp_path / "images" / "bases.yaml").read_text()
     assert all(f'"{image}": "sha256:{"a" * 64}"' in text for image in got)
     assert (ROOT / "images" / "bases.yaml").read_text() != text  # the checkout's is untouched
+
+
+# --- what an image's bytes are, measured on a tree ---------------------------------------------
+
+def test_the_size_probe_counts_each_file_once_by_owner_and_kind(tmp_path):
+    """sizeprobe.measure on a tree laid out as an image is (the probe walks / in the image):
+    a file a distribution's RECORD lists is that distribution's, bytecode its source's, the
+    rest its top directory's; a hard link is counted once, a link and /tmp not at all; files of
+    1 MiB or more with the same bytes are duplicates, with every path."""
+    import os
+
+    root = tmp_path / "image"
+    site = root / "opt/venv/lib/python3.11/site-packages"
+    big = os.urandom(sizeprobe.BIG)
+    files = {"pkg/__init__.py": b"x = 1\n", "pkg/_core.so": big, "pkg/tests/test_a.py": b"t\n",
+             "pkg/__pycache__/mod.cpython-311.pyc": b"\0" * 10, "pkg/mod.py": b"m\n"}
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    info = site / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("".join(f"{r},sha256=x,{len(d)}\n" for r, d in files.items()
+                                         if not r.endswith(".pyc"))
+                                 + "pkg-1.0.dist-info/RECORD,,\n")
+    (root / "usr/lib").mkdir(parents=True)
+    (root / "usr/lib/libcopy.so.1").write_bytes(big)  # the same bytes: a duplicate
+    os.link(root / "usr/lib/libcopy.so.1", root / "usr/lib/libcopy-hardlink.so.1")
+    (root / "usr/lib/libcopy.so").symlink_to("libcopy.so.1")
+    (root / "usr/include").mkdir()
+    (root / "usr/include/api.h").write_text("int f();\n")
+    (root / "tmp").mkdir()
+    (root / "tmp/scratch").write_bytes(b"\0" * 1000)
+    got = sizeprobe.measure(str(root))
+    record = len((info / "RECORD").read_bytes())
+    assert got["files"] == 8 and got["total"] == sum(len(d) for d in files.values()) + \
+        record + len(big) + len("int f();\n")
+    assert got["by_owner"] == {"pkg": sum(len(d) for d in files.values()) + record,
+                               "/usr": len(big) + len("int f();\n")}
+    assert got["by_owner_kind"]["pkg"] == {
+        "python source": 8, "shared library": len(big), "test file": 2, "bytecode": 10,
+        "other": record}
+    assert got["by_kind"]["header"] == len("int f();\n")
+    [dup] = got["duplicates"]
+    assert dup["size"] == len(big) and dup["owners"] == ["/usr", "pkg"]
+    core, lib = dup["paths"]  # the hard link's two names are one file: one of them is listed
+    assert core == "/opt/venv/lib/python3.11/site-packages/pkg/_core.so"
+    assert lib in ("/usr/lib/libcopy.so.1", "/usr/lib/libcopy-hardlink.so.1")

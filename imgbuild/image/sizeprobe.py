@@ -42,11 +42,13 @@ def kind(path: str) -> str:
     return "other"
 
 
-def owners() -> dict[str, str]:
-    """path -> distribution, from every RECORD under a site-packages directory."""
+def owners(bases: tuple[str, ...] | None = None) -> dict[str, str]:
+    """path -> distribution, from every RECORD under a site-packages directory: this
+    interpreter's and those of the virtual environments under `bases` (default VENV_BASES)."""
     out: dict[str, str] = {}
-    for root in sorted({p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)}
-                       | set(_venv_site_packages())):
+    mine = set() if bases is not None else {
+        p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)}
+    for root in sorted(mine | set(_venv_site_packages(bases or VENV_BASES))):
         for entry in os.listdir(root):
             if not entry.endswith(".dist-info"):
                 continue
@@ -61,10 +63,14 @@ def owners() -> dict[str, str]:
     return out
 
 
-def _venv_site_packages() -> list[str]:
-    """site-packages of virtual environments the interpreter running this does not use."""
+# Where an image keeps the virtual environments its interpreter does not use.
+VENV_BASES = ("/opt", "/usr/local", "/root", "/workspace", "/app")
+
+
+def _venv_site_packages(bases: tuple[str, ...] = VENV_BASES) -> list[str]:
+    """site-packages of virtual environments under `bases`, at most five levels down."""
     found = []
-    for base in ("/opt", "/usr/local", "/root", "/workspace", "/app"):
+    for base in bases:
         if not os.path.isdir(base):
             continue
         for dirpath, dirnames, _ in os.walk(base):
@@ -85,24 +91,33 @@ def _source_of(path: str) -> str:
     return os.path.join(os.path.dirname(d), name.split(".", 1)[0] + ".py")
 
 
-def main() -> None:
-    owner_of = owners()
+def measure(root: str = "/") -> dict:
+    """The report for the tree at `root` (the image's /; another root in the tests): owners and
+    paths are as the image sees them, from `root`."""
+    root = os.path.abspath(root)
+
+    def seen_as(path: str) -> str:  # the path as the image names it
+        return path if root == "/" else "/" + os.path.relpath(path, root)
+
+    skip = SKIP if root == "/" else tuple(os.path.join(root, s[1:]) for s in SKIP)
+    owner_of = {seen_as(p): d for p, d in owners(None if root == "/" else tuple(
+        os.path.join(root, b[1:]) for b in VENV_BASES)).items()}
     seen: set[tuple[int, int]] = set()
     total = 0
     by_owner: dict[str, int] = {}
     by_kind: dict[str, int] = {}
     by_owner_kind: dict[str, dict[str, int]] = {}
     by_size: dict[int, list[str]] = {}
-    for dirpath, dirnames, filenames in os.walk("/"):
-        if dirpath.startswith(SKIP):
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath.startswith(skip):
             dirnames[:] = []
             continue
         for name in filenames:
-            path = os.path.join(dirpath, name)
             try:
-                st = os.lstat(path)
+                st = os.lstat(os.path.join(dirpath, name))
             except OSError:
                 continue
+            path = seen_as(os.path.join(dirpath, name))
             if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
@@ -125,7 +140,7 @@ def main() -> None:
         for p in paths:
             h = hashlib.sha256()
             try:
-                with open(p, "rb") as f:
+                with open(p if root == "/" else os.path.join(root, p[1:]), "rb") as f:
                     for chunk in iter(lambda: f.read(1 << 20), b""):
                         h.update(chunk)
             except OSError:
@@ -136,10 +151,13 @@ def main() -> None:
                 dups.append({"sha256": digest, "size": size, "paths": sorted(same),
                              "owners": sorted({owner_of.get(p) or "/" + p.split("/")[1]
                                                for p in same})})
-    json.dump({"total": total, "files": len(seen), "by_owner": by_owner, "by_kind": by_kind,
-               "by_owner_kind": by_owner_kind,
-               "duplicates": sorted(dups, key=lambda d: -d["size"] * (len(d["paths"]) - 1))},
-              sys.stdout)
+    return {"total": total, "files": len(seen), "by_owner": by_owner, "by_kind": by_kind,
+            "by_owner_kind": by_owner_kind,
+            "duplicates": sorted(dups, key=lambda d: -d["size"] * (len(d["paths"]) - 1))}
+
+
+def main() -> None:
+    json.dump(measure(), sys.stdout)
 
 
 if __name__ == "__main__":
