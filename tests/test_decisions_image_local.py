@@ -6,11 +6,13 @@ image/sizes.py), uv's index flags inside the build (image/context.py)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from imgbuild.errors import EnvError, InputError
+from imgbuild.errors import EnvError, InputError, JobFailed
 from imgbuild.image import base, daemon, digests, sizeprobe, sizes
 from imgbuild.image.context import index_flags
 
@@ -328,3 +330,46 @@ def test_the_size_probe_counts_each_file_once_by_owner_and_kind(tmp_path):
     core, lib = dup["paths"]  # the hard link's two names are one file: one of them is listed
     assert core == "/opt/venv/lib/python3.11/site-packages/pkg/_core.so"
     assert lib in ("/usr/lib/libcopy.so.1", "/usr/lib/libcopy-hardlink.so.1")
+
+
+def test_an_image_is_measured_inside_itself_with_python3_else_python(monkeypatch):
+    import subprocess
+
+    tried = []
+    doc = {"total": 10, "files": 1, "by_owner": {"/usr": 10}, "by_kind": {"other": 10},
+           "by_owner_kind": {"/usr": {"other": 10}}, "duplicates": []}
+
+    def run_cli(args, **kw):
+        tried.append(args[args.index("--entrypoint") + 1])
+        assert args[:6] == ["run", "--rm", "--network", "none", "--user", "0"]
+        assert args[-2:] == ["-c", Path(sizeprobe.__file__).read_text()]
+        ok = tried[-1] == "python"
+        return subprocess.CompletedProcess(args, 0 if ok else 127, json.dumps(doc) if ok else "",
+                                           "" if ok else "exec: python3: not found")
+    monkeypatch.setattr(sizes, "run_cli", run_cli)
+    monkeypatch.setattr(sizes, "docker_client", lambda: SimpleNamespace(api=SimpleNamespace(
+        history=lambda image: [{"CreatedBy": "RUN x", "Size": 10}])))
+    got = sizes.measure("reg/img:t")
+    assert tried == ["python3", "python"] and got.total == 10
+
+
+def test_an_image_without_python_or_not_here_is_said_so(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(sizes, "run_cli", lambda args, **kw: subprocess.CompletedProcess(
+        args, 127, "", "line 1\nexec: python: executable file not found in $PATH"))
+    monkeypatch.setattr(sizes, "docker_client", lambda: SimpleNamespace(api=SimpleNamespace(
+        history=lambda image: [])))
+    with pytest.raises(JobFailed) as e:
+        sizes.measure("reg/img:t")
+    assert e.value.message == "could not read reg/img:t's files"
+    assert e.value.facts == ["line 1", "exec: python: executable file not found in $PATH"]
+
+    def missing(image):
+        raise RuntimeError("404 Client Error: No such image: reg/img:t")
+    monkeypatch.setattr(sizes, "docker_client", lambda: SimpleNamespace(api=SimpleNamespace(
+        history=missing)))
+    with pytest.raises(InputError) as e:
+        sizes.measure("reg/img:t")
+    assert e.value.message == "image reg/img:t is not here"
+    assert e.value.facts == ["404 Client Error: No such image: reg/img:t"]
