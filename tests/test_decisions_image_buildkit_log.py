@@ -1,0 +1,96 @@
+"""What a build decides from BuildKit's own words (image/buildkit.py docker_build), without an
+Engine: the client is a script that prints a recorded `docker build --progress=plain` log
+(tests/data/buildkit/) and exits as the real one did. Decided and tested: each step is said
+once done and counted (a cached one counted only); the image id is the one the build wrote; a failed step
+fails the build with that step's lines, and the log is kept where asked."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from imgbuild.errors import JobFailed
+from imgbuild.image import buildkit
+from imgbuild.image.context import Secrets
+from imgbuild.image.daemon import DockerCLI
+from imgbuild.plan.decide import make_plan
+
+from .conftest import checkout_workspace
+
+LOGS = Path(__file__).parent / "data" / "buildkit"
+IID = "sha256:0b20d199f52258243a848314732cd28aed27a41538aab23d694c41a88f17cf68"
+
+
+class Notes:
+    def __init__(self):
+        self.said, self.statuses = [], []
+
+    def note(self, message, *, level="info"):
+        self.said.append(message)
+
+    def status(self, message):
+        import contextlib
+
+        self.statuses.append(message)
+        return contextlib.nullcontext(lambda text, detail="": self.statuses.append(text))
+
+
+def _client(tmp_path, log: str, rc: int) -> DockerCLI:
+    """A client that prints `log` and exits `rc`, writing the image id where --iidfile says."""
+    script = tmp_path / "docker"
+    script.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --iidfile ] && '
+        f"printf %s {IID} > \"$2\"; shift; done\n"
+        f"cat {shlex.quote(str(LOGS / log))}\nexit {rc}\n")
+    script.chmod(0o755)
+    return DockerCLI(str(script), "20.10.24+dfsg1", True)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan(checkout_workspace(), "tiny-cpu", resolve=False)
+
+
+def _build(plan, tmp_path, monkeypatch, log, rc=0, **kw):
+    monkeypatch.setattr(buildkit, "cli", lambda: _client(tmp_path, log, rc))
+    ctx = tmp_path / "ctx"
+    ctx.mkdir(exist_ok=True)
+    notes = Notes()
+    return buildkit.docker_build(plan, ctx, secrets=Secrets(), flags="", progress=notes,
+                                 **kw), notes
+
+
+def test_a_build_says_each_step_done_and_counts_them(plan, tmp_path, monkeypatch):
+    got, notes = _build(plan, tmp_path, monkeypatch, "built.log")
+    assert (got.image_id, got.steps, got.cached_steps, got.cache_imported) == (IID, 4, 1, ())
+    # a step BuildKit found CACHED says no DONE: it is counted, not said
+    assert notes.said == ["  done [2/4] RUN echo one > /one",
+                          "  done [3/4] RUN echo two > /two && sleep 0.1",
+                          "  done [4/4] COPY a.txt /a.txt"]
+    assert f"building {plan.content_tag}: [2/4] RUN echo one > /one" in notes.statuses
+
+
+def test_a_build_from_cache_counts_the_steps_buildkit_found_cached(plan, tmp_path, monkeypatch):
+    got, notes = _build(plan, tmp_path, monkeypatch, "built-again-cached.log")
+    # BuildKit says the FROM step DONE again, and the three after it CACHED
+    assert (got.steps, got.cached_steps) == (4, 3)
+    assert notes.said == ["  done [1/4] FROM docker.io/library/imgbuild-base:debian-bookworm-py3.11"]
+
+
+def test_a_failed_step_fails_the_build_with_its_own_lines(plan, tmp_path, monkeypatch):
+    log = tmp_path / "build.log"
+    with pytest.raises(JobFailed) as e:
+        _build(plan, tmp_path, monkeypatch, "failed-step.log", rc=1, log_path=log)
+    assert e.value.message == ('docker build failed at [3/3] RUN echo "something broke" >&2 && '
+                               "exit 3 (exit code 1)")
+    assert e.value.facts == [f"image {plan.ref()} was not tagged"]
+    assert e.value.hint == f"the log tail above shows the failing step; full log in {log}"
+    assert e.value.log_tail[-2:] == [
+        "#6 0.421 something broke",
+        '#6 ERROR: executor failed running [/bin/sh -c echo "something broke" >&2 && exit 3]: '
+        "exit code: 3"]
+    assert not any("first" in ln for ln in e.value.log_tail)  # the other step's lines: not its
+    assert log.read_text() == (LOGS / "failed-step.log").read_text()  # kept whole
