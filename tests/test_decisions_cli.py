@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -135,6 +137,9 @@ def test_progress_display_per_mode(as_json, mode, terminal, kind):
         assert got is SILENT
     else:
         assert isinstance(got, kind)
+        # on the stream for people: the error console, or stderr for JSON events
+        assert (got.stream is sys.stderr) if kind is cli_console.JsonProgress \
+            else got.console is out.err
 
 
 def test_middle_cut_keeps_both_ends():
@@ -143,6 +148,44 @@ def test_middle_cut_keeps_both_ends():
     assert len(cut) == 16 and cut.startswith("regis") and cut.endswith("456789")
     assert cli_console.middle_cut("abcdef", 1) == "…"
     assert cli_console.middle_cut("abcdef", 0) == ""
+    assert cli_console.middle_cut("abcdef", 2) == "…f"  # two columns: the end, not a mark alone
+
+
+def test_the_consoles_colour_nothing_of_their_own_and_keep_the_mode():
+    out = cli_console.make_output(False, "plain")
+    assert out.progress_mode == "plain" and not out.json
+    assert not out.out._highlight and not out.err._highlight and out.err.stderr
+    assert cli_console.make_output(True).progress_mode == "auto"
+
+
+def test_json_on_stdout_keeps_the_documents_order_and_says_what_json_cannot(capsys):
+    out, _ = _output(True)
+    out.print_json({"z": 1, "a": Path("/x"), "m": None})
+    assert capsys.readouterr().out == '{\n  "z": 1,\n  "a": "/x",\n  "m": null\n}\n'
+
+
+def test_an_error_on_a_terminal_reads_its_log_and_facts_as_plain_text():
+    out, err = _output(False, terminal=True)
+    out.error(errors.JobFailed("m", facts=["took 12 s at 10.0.0.1"], log_tail=["exit 137"]))
+    text = err.getvalue()
+    # no colour put on numbers or addresses of someone else's words
+    assert "│ exit 137\n" in text and "  ╰─▶ took 12 s at 10.0.0.1\n" in text
+
+
+def test_a_transfers_totals_say_what_is_known():
+    from imgbuild.progress import Transfer
+
+    t = Transfer("push", "r/x:1")
+    assert cli_console._totals("push", "r/x:1", t) == (
+        "push r/x:1: 0 B of 0 B (0%), 0 B/s; 0 of 0 layers done")
+    t.feed({"id": "a", "status": "Pushing", "progressDetail": {"current": 5, "total": 10}})
+    said = cli_console._totals("push", "r/x:1", t)
+    assert said.startswith("push r/x:1: 5 B of 10 B (50%), ") and "unpacked" not in said
+    p = Transfer("pull", "r/x:1")
+    p.feed({"id": "a", "status": "Downloading", "progressDetail": {"current": 4, "total": 10}})
+    assert "unpacked" not in cli_console._totals("pull", "r/x:1", p)  # nothing unpacked yet
+    p.feed({"id": "a", "status": "Extracting", "progressDetail": {"current": 4, "total": 10}})
+    assert cli_console._totals("pull", "r/x:1", p).endswith("; unpacked 4 B")
 
 
 # ------------------------------------------------------------------------------------------------
