@@ -145,8 +145,11 @@ def _events(buf: io.StringIO) -> list[dict]:
 def test_each_event_is_one_json_object_with_the_wall_clock_time(clock):
     buf = io.StringIO()
     JsonProgress(buf).note("resolving", level="warn")
+    JsonProgress(buf).note("resolved")
     assert _events(buf) == [{"event": "note", "time": EPOCH, "message": "resolving",
-                             "level": "warn"}]
+                             "level": "warn"},
+                            {"event": "note", "time": EPOCH, "message": "resolved",
+                             "level": "info"}]
 
 
 def test_a_status_starts_runs_at_most_every_interval_and_ends(clock):
