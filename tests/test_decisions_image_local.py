@@ -373,3 +373,79 @@ def test_an_image_without_python_or_not_here_is_said_so(monkeypatch):
         sizes.measure("reg/img:t")
     assert e.value.message == "image reg/img:t is not here"
     assert e.value.facts == ["404 Client Error: No such image: reg/img:t"]
+
+
+# --- where the builder's base comes from ------------------------------------------------------
+
+def test_what_debootstrap_leaves_of_the_machine_and_the_moment_is_cleared(tmp_path):
+    root = tmp_path / "rootfs"
+    for rel, text in {"var/cache/apt/archives/x.deb": "deb", "var/lib/apt/lists/mirror_Packages":
+                      "list", "var/log/dpkg.log": "log", "var/cache/apt/pkgcache.bin": "c",
+                      "var/cache/ldconfig/aux-cache": "aux", "etc/hostname": "buildhost\n",
+                      "etc/resolv.conf": "nameserver 10.0.0.1\n",
+                      "var/lib/dpkg/status": "Package: bash\n", "etc/os-release": "ID=debian\n"
+                      }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "var/log/apt").mkdir()  # a directory stays (its files are the logs)
+    (root / "var/log/link").symlink_to("/nowhere")
+    base._normalize(root)
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+    assert left == ["etc/hostname", "etc/os-release", "etc/resolv.conf", "var/lib/dpkg/status"]
+    assert (root / "etc/hostname").read_text() == "localhost\n"
+    assert (root / "etc/resolv.conf").read_text() == ""
+    assert (root / "var/log/apt").is_dir()
+
+
+@pytest.fixture()
+def bases(monkeypatch):
+    w = SimpleNamespace(local=None, held=None, pulled=[])
+    monkeypatch.setattr(base.daemon, "local_image", lambda client, ref: w.local)
+    monkeypatch.setattr(base, "manifest_digest", lambda repo, tag: w.held)
+
+    class Images:
+        def pull(self, name, tag):
+            w.pulled.append((name, tag))
+            return SimpleNamespace(attrs=image(ROOTFS).attrs, tag=lambda ref: w.pulled.append(
+                ("tagged", ref)))
+    w.client = SimpleNamespace(images=Images())
+    return w
+
+
+REC = SimpleNamespace(key="debian-bookworm", image="imgbuild-base:debian-bookworm-py3.11",
+                      bootstrap={"rootfs": ROOTFS})
+
+
+def test_a_base_here_is_used_when_it_is_the_recorded_one(bases):
+    bases.local = image(ROOTFS)
+    base.ensure_local(bases.client, REC, None)
+    bases.local = image(OTHER)
+    with pytest.raises(EnvError, match="on this machine is not the one"):
+        base.ensure_local(bases.client, REC, None)
+
+
+def test_a_base_not_here_is_pulled_from_the_registry_and_tagged_as_the_recipe_names_it(bases):
+    from imgbuild.image.registry import Repository
+
+    bases.held = "sha256:held"
+    base.ensure_local(bases.client, REC, Repository.parse("127.0.0.1:5000/imgbuild"))
+    assert bases.pulled == [("127.0.0.1:5000/imgbuild", "base-debian-bookworm-py3.11"),
+                            ("tagged", REC.image)]
+
+
+@pytest.mark.parametrize("registry, hint", [
+    (None, "run `imgbuild base bootstrap`"),
+    ("127.0.0.1:5000/imgbuild", "run `imgbuild base bootstrap --registry 127.0.0.1:5000/imgbuild`")])
+def test_a_base_neither_here_nor_in_the_registry_says_how_to_make_it(bases, registry, hint):
+    from imgbuild.image.registry import Repository
+
+    with pytest.raises(EnvError) as e:
+        base.ensure_local(bases.client, REC, Repository.parse(registry) if registry else None)
+    assert e.value.message == f"base image {REC.image} is not here"
+    assert e.value.hint == hint and bases.pulled == []
+
+
+def test_a_pulled_base_like_cuda_is_left_to_the_build(bases):
+    base.ensure_local(bases.client, SimpleNamespace(key="cuda", image="nvidia/cuda:x",
+                                                    bootstrap=None), None)
+    assert bases.pulled == []
