@@ -94,3 +94,14 @@ def test_a_failed_step_fails_the_build_with_its_own_lines(plan, tmp_path, monkey
         "exit code: 3"]
     assert not any("first" in ln for ln in e.value.log_tail)  # the other step's lines: not its
     assert log.read_text() == (LOGS / "failed-step.log").read_text()  # kept whole
+
+
+def test_what_a_build_asks_beyond_the_default_is_said_in_words():
+    from imgbuild.image.buildkit import SOURCE_DATE_EPOCH, Export
+
+    assert Export().describe() == []
+    assert Export(reproducible=True, compression="zstd",
+                  cache_to="127.0.0.1:5000/acme:buildcache").describe() == [
+        f"layers rewritten to SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}, zstd, through an OCI "
+        "archive", "registry cache (mode=max) to 127.0.0.1:5000/acme:buildcache"]
+    assert Export(cache_from=("x",)).describe() == []  # reading a cache asks nothing more
