@@ -260,3 +260,21 @@ def test_a_platform_image_of_an_index_has_no_moving_tags_to_say_were_held(world)
     assert platform_plan.tags == ()
     got, notes = _gate(platform_plan, world, run_smoke=False)
     assert not got.open and got.held == "no smoke test ran (--no-smoke)" and notes.said == []
+
+
+# --- which --cache-from images this Engine can read -------------------------------------------
+
+def test_a_cache_this_engine_cannot_unpack_is_not_offered_to_the_build(monkeypatch):
+    asked = []
+
+    def can_read(client, repo, tag):
+        asked.append((repo.name, tag))
+        return tag != "zstd-cache"  # an Engine before 23 reads no zstd layer
+    monkeypatch.setattr(registry, "engine_can_read", can_read)
+    refs = (f"{REPO.name}:gzip-cache", f"{REPO.name}:zstd-cache",
+            "127.0.0.1:5000/other:cache")
+    assert build_mod.readable_cache("client", REPO, refs) == (
+        f"{REPO.name}:gzip-cache", "127.0.0.1:5000/other:cache")
+    # each asked of its own repository, the build's own by the build's repository
+    assert asked == [(REPO.name, "gzip-cache"), (REPO.name, "zstd-cache"),
+                     ("127.0.0.1:5000/other", "cache")]
