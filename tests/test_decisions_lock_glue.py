@@ -2,6 +2,8 @@
 lock/resolve.py lock_many), with uv's answer as the seam: whether a committed lock has drifted
 from what resolves now (what gets installed counts, not uv's `# via` notes), and how several
 targets are locked side by side (in order, one failure not stopping the others, each said).
+And how a locked wheel's shared object is read for its GPU code: spooled to the cache (not
+memory), hashed as it is read.
 
 uv itself resolves against a real index in tests/test_lock*.py."""
 
@@ -120,3 +122,47 @@ def test_a_lock_already_there_is_not_said_to_be_locking_unless_refreshed(ref, mo
     assert notes == []
     resolve_mod.lock_many([ref.request], tmp_path, refresh=True, jobs=0, note=notes.append)
     assert notes == [f"locking tiny-cpu ({ref.request.uv_platform}) with uv ..."]
+
+
+# --- reading a wheel's GPU code: spooled to disk, hashed as read ------------------------------
+
+def test_a_shared_object_is_spooled_to_the_cache_hashed_and_scanned(tmp_path, monkeypatch):
+    import hashlib
+    import io
+    import zipfile
+
+    from imgbuild.lock import kernels
+    from imgbuild.lock.wheels import Wheel
+
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    data = b"\x7fELF not really" + bytes(range(256)) * 40
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("pkg/_k.so", data)
+    w = Wheel("pkg", "1.0", "pkg-1.0-cp311-cp311-linux_x86_64.whl", None, "cache", 0, None,
+              zipfile.ZipFile(io.BytesIO(buf.getvalue())))
+    seen = []
+    monkeypatch.setattr(kernels, "codes_in", lambda path: seen.append(
+        (path.parent, path.read_bytes())) or {"code"})
+    codes, sha = kernels._scan_member(w, "pkg/_k.so")
+    assert codes == {"code"} and sha == hashlib.sha256(data).hexdigest()
+    [(where, spooled)] = seen
+    assert where == tmp_path / "cache" / "tmp" and spooled == data
+    assert list(where.iterdir()) == []  # the spool is removed once scanned
+
+
+def test_the_spool_is_the_cache_unless_it_is_short_of_space_or_cannot_be_made(tmp_path,
+                                                                             monkeypatch):
+    from collections import namedtuple
+
+    from imgbuild.lock import kernels
+
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(kernels.shutil, "disk_usage", lambda d: usage(0, 0, 5 << 30))
+    assert kernels._spool_dir() == str(tmp_path / "cache" / "tmp")
+    monkeypatch.setattr(kernels.shutil, "disk_usage", lambda d: usage(0, 0, 4 << 30))
+    assert kernels._spool_dir() is None  # the system's temp instead
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "file" / "cache"))
+    assert kernels._spool_dir() is None
