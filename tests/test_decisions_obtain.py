@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from imgbuild.catalog.registries import SignPolicy
+from imgbuild.errors import JobFailed
 from imgbuild.image import daemon, registry, signstore
 from imgbuild.pipeline import obtain as ob
 from imgbuild.plan.decide import make_plan
@@ -113,3 +114,66 @@ def test_the_smoke_checkpoint_is_asked_for_only_by_a_target_that_carries_one(pla
     _obtain(replace(plan, smoke_model=None), world,
             smoke_dir=lambda: asked.append("asked") or "ckpt")
     assert asked == [] and world.asked[-1][1] is None
+
+
+# --- a build: its context, its log, what its failure says ------------------------------------
+
+@pytest.fixture()
+def builds(monkeypatch, tmp_path):
+    from imgbuild.image import buildkit
+
+    w = SimpleNamespace(calls=[], fail=None)
+    monkeypatch.setattr(ob, "_base_ready", lambda ws, plan, client, repo: None)
+    monkeypatch.setattr(ob, "mirror_index", lambda: None)
+
+    def docker_build(plan, context, **kw):
+        w.calls.append((sorted(p.name for p in context.iterdir()), kw))
+        if w.fail is not None:
+            raise w.fail
+        return "built"
+    monkeypatch.setattr(buildkit, "docker_build", docker_build)
+    return w
+
+
+def test_a_build_gets_its_context_its_log_and_its_cache_sources(plan, builds, tmp_path):
+    from .test_decisions_smokemodel_flow import checkpoint
+
+    ckpt = checkpoint(tmp_path / "ckpt", plan.smoke_model_key)
+    got = ob.build_image(checkout_workspace(), plan, checkout_workspace().target("tiny-cpu")
+                         .lock(), None, REPO, smoke_dir=ckpt, log_dir=tmp_path,
+                         cache_from=("r:cache",), no_cache=True)
+    assert got == "built"
+    [(context, kw)] = builds.calls
+    assert "Dockerfile" in context
+    assert kw["log_path"] == tmp_path / f"{plan.content_tag}.build.log"
+    assert (kw["cache_from"], kw["no_cache"], kw["tag"]) == (("r:cache",), True, None)
+
+
+def test_a_target_with_a_smoke_model_is_not_built_without_its_checkpoint(plan, builds):
+    with pytest.raises(JobFailed) as e:
+        ob.build_image(checkout_workspace(), plan, None, None, REPO)
+    assert e.value.message == (f"{plan.target} carries smoke model {plan.smoke_model}, and "
+                               "none was given to build it with")
+    assert builds.calls == []
+
+
+def test_a_build_that_could_not_reach_an_index_says_which_and_the_way_round(plan, builds,
+                                                                          tmp_path):
+    from dataclasses import replace
+
+    from .test_decisions_smokemodel_flow import checkpoint
+
+    url = "https://download.pytorch.org/whl/cpu"
+    p = replace(plan, extra_index_urls=(url,))
+    builds.fail = JobFailed("docker build failed", hint="the log tail above",
+                            log_tail=[f"error: Failed to fetch: {url}/torch/"])
+    with pytest.raises(JobFailed) as e:
+        ob.build_image(checkout_workspace(), p, checkout_workspace().target("tiny-cpu").lock(),
+                       None, REPO, smoke_dir=checkpoint(tmp_path / "c", plan.smoke_model_key))
+    assert e.value.hint.startswith(f"{url} is out of reach from the build")
+    builds.fail = JobFailed("docker build failed", hint="the log tail above",
+                            log_tail=["something else"])
+    with pytest.raises(JobFailed) as e:
+        ob.build_image(checkout_workspace(), p, checkout_workspace().target("tiny-cpu").lock(),
+                       None, REPO, smoke_dir=tmp_path / "c")
+    assert e.value.hint == "the log tail above"
