@@ -106,7 +106,8 @@ clean:
 # (tests/golden/emit/), what each refusal of bad input says (tests/golden/refusals.json) and
 # what list and plan show (tests/golden/cli/) and the admission policies `run --emit k8s`
 # writes for a signed-by policy (tests/golden/admission/), what outdated and relock show
-# (tests/golden/ci/) and what build shows when it ends (tests/golden/build/), after a change
+# (tests/golden/ci/), what build shows when it ends (tests/golden/build/) and what an index is
+# attested with (tests/golden/attest/), after a change
 # meant to give new tags, text or claims; the tests fail on any other change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write

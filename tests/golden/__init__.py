@@ -35,6 +35,9 @@ with ci/ here.
 tests/test_decisions_views_build.py compares what `imgbuild build` shows when it ends (an
 image, an index; plain and JSON) with build/ here.
 
+tests/test_decisions_index_attestations.py compares the SBOM and provenance a multi-platform
+index is attested with with attest/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -70,6 +73,7 @@ CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan
 ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decisions_imagepolicy.py
 CI_VIEWS = Path(__file__).with_name("ci")  # made by tests/test_decisions_views_ci.py
 BUILD_VIEWS = Path(__file__).with_name("build")  # made by tests/test_decisions_views_build.py
+ATTEST = Path(__file__).with_name("attest")  # made by tests/test_decisions_index_attestations.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -188,6 +192,7 @@ def main(argv: list[str]) -> int:
         # The pages made by the test modules that check them (each says what its pages are).
         from tests.test_decisions_emit import pages as emitted
         from tests.test_decisions_imagepolicy import pages as admission
+        from tests.test_decisions_index_attestations import pages as attest_pages
         from tests.test_decisions_refusals import page as refusals
         from tests.test_decisions_views_build import pages as build_pages
         from tests.test_decisions_views_checks import pages as views
@@ -208,6 +213,7 @@ def main(argv: list[str]) -> int:
         _rewrite(ADMISSION, admission())
         _rewrite(CI_VIEWS, ci_pages())
         _rewrite(BUILD_VIEWS, build_pages())
+        _rewrite(ATTEST, attest_pages())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0
