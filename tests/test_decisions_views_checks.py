@@ -132,7 +132,7 @@ def pages() -> dict[str, str]:
         for s in ("applies", "obsolete", "fails", "not-applicable", "unchecked")))
     out["patches-checked.terminal.txt"] = _shown(views.patches, checked, terminal=True)
     out.update(check_model_pages(ws))
-    return out
+    return out | layout_pages()
 
 
 def _moe_checkpoint(d: Path) -> Path:
@@ -218,6 +218,29 @@ def check_model_pages(ws) -> dict[str, str]:
         for mode in ("plain", "terminal"):
             out[f"check-model-odd-fix.{mode}.txt"] = _shown(views.check_model, odd,
                                                            terminal=mode == "terminal")
+    return out
+
+
+def layout_pages() -> dict[str, str]:
+    """The two layouts every view is made of (cli/views/__init__.py table and kv), on a narrow
+    terminal and in a pipe: the first column never cut, the others folded, a key's value of
+    several lines under it, numbers and addresses of other people's words never coloured."""
+    from imgbuild.cli.views import kv, lines, table
+
+    rows = [["sglang-blackwell-k2.6-with-a-long-name", "sm100, sm120", "the engine at 10.0.0.1 "
+             "took 12 s [bold]not markup[/] and a cell long enough to fold in a narrow one"],
+            ["tiny-cpu", "cpu", "ok"], ["", "", ""]]
+    pairs = [("image", "127.0.0.1:5000/acme:t-1"), ("tags", "a\nb [x]"), ("empty", "")]
+    out = {}
+    for mode in ("plain", "terminal"):
+        c, buf, _, _ = _consoles(mode == "terminal")
+        c.width = 60
+        table(c, "targets (3)", ["target", "archs", "note"], rows)
+        table(c, "nothing", ["target"], [])
+        kv(c, "tiny-cpu: built", pairs)
+        kv(c, "no pairs", [])
+        lines(c, ["a line of 10.0.0.1 and 12 s", "[not markup]"])
+        out[f"layout.{mode}.txt"] = buf.getvalue()
     return out
 
 
