@@ -56,3 +56,23 @@ def test_an_engines_kernel_packages_are_its_rules_packages_once_in_order():
 
     rules = tuple(KernelRule(p, (), (), "why", True) for p in ("b", "a", "b", "c"))
     assert EngineKernels("sglang", rules, ()).packages == ("b", "a", "c")
+
+
+def test_an_unknown_gpu_architecture_says_what_is_known_and_the_nearest_name():
+    import pytest
+
+    from imgbuild.catalog.archs import parse_arch
+    from imgbuild.errors import InputError
+
+    from .conftest import checkout_workspace
+
+    cat = checkout_workspace().catalog
+    facts = ["give an sm name (sm90, sm100, sm103, sm120, sm121), a compute capability "
+             "(9.0, 10.0, 12.0) or a GPU name from images/gpus.yaml"]
+    with pytest.raises(InputError) as e:
+        parse_arch("sm1000", cat)
+    assert (e.value.message, e.value.facts) == ("unknown GPU architecture 'sm1000'", facts)
+    assert e.value.hint.startswith("did you mean '")
+    with pytest.raises(InputError) as e:
+        parse_arch("zzzzzzzz", cat)
+    assert (e.value.facts, e.value.hint) == (facts, "see images/gpus.yaml")
