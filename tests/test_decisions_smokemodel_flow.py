@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imgbuild.errors import JobFailed
+from imgbuild.errors import InputError, JobFailed
 from imgbuild.image import registry
 from imgbuild.payload import smoke as payload
 from imgbuild.pipeline import smokemodel as sm
@@ -162,3 +162,35 @@ def test_a_push_sends_the_checkpoint_as_an_artifact_with_its_file_list(ws, key, 
 def test_silent_progress_is_the_default(ws, key, world):
     checkpoint(_entry(ws, key), key)
     assert sm.smoke_model(ws, ALIAS, key, None, REPO, progress=SILENT) == _entry(ws, key)
+
+
+# --- check-model on a model named by its alias -----------------------------------------------
+
+def test_a_generated_alias_is_read_from_this_machines_cache_or_said_missing(ws, key,
+                                                                            monkeypatch):
+    from imgbuild.checks.checkmodel import report
+
+    monkeypatch.setattr(report, "load_checkpoint", lambda path, **kw: ("loaded", path, kw))
+    with pytest.raises(InputError) as e:
+        report.resolve_checkpoint(ALIAS, ws)
+    assert e.value.message == f"smoke model {ALIAS} is not in this machine's cache"
+    assert e.value.facts == [f"looked for {_entry(ws, key)}"]
+    assert e.value.hint == (f"`imgbuild smoke-model {ALIAS}` fetches or makes it (--registry R "
+                            "to fetch it from there)")
+    checkpoint(_entry(ws, key), key)
+    assert report.resolve_checkpoint(ALIAS, ws) == ("loaded", _entry(ws, key), {})
+
+
+def test_a_hub_alias_is_its_checkpoint_at_its_revision_and_a_path_is_itself(ws, monkeypatch,
+                                                                           tmp_path):
+    from imgbuild.checks.checkmodel import report
+
+    monkeypatch.setattr(report, "load_checkpoint", lambda path, **kw: ("loaded", path, kw))
+    prof = ws.model("k2.6")
+    assert report.resolve_checkpoint("k2.6", ws) == (
+        "loaded", prof.checkpoint, {"revision": prof.revision})
+    # a directory of that name here is a path, not the alias
+    (tmp_path / "k2.6").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert report.resolve_checkpoint("k2.6", ws) == ("loaded", "k2.6", {})
+    assert report.resolve_checkpoint("k2.6", None) == ("loaded", "k2.6", {})
