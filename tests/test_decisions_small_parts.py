@@ -76,3 +76,40 @@ def test_an_unknown_gpu_architecture_says_what_is_known_and_the_nearest_name():
     with pytest.raises(InputError) as e:
         parse_arch("zzzzzzzz", cat)
     assert (e.value.facts, e.value.hint) == (facts, "see images/gpus.yaml")
+
+
+# --- check-model: which target a fused layer matches, and the way out a finding offers ---------
+
+def test_a_fused_layer_matches_a_target_by_its_name_a_regex_or_its_modules_class():
+    from imgbuild.checks.checkmodel.findings import _target_matches as m
+
+    name = "model.layers.0.self_attn.qkv_proj"
+    assert m(name, [name]) and m(name, ["re:.*self_attn"]) and not m(name, ["re:.*mlp"])
+    assert not m(name, ["re:(unclosed"])  # a regex that does not compile matches nothing
+    # a plain target matches the class by substring, and only for a fused layer
+    assert m(name, ["Linear"], "qkv_proj") and m(name, ["qkvparallel"], "qkv_proj")
+    assert not m(name, ["Linear"]) and not m(name, ["attn.Linear"], "qkv_proj")
+    assert m("model.layers.0.mlp.gate_up_proj", ["MergedColumn"], "gate_up_proj")
+    assert not m("model.layers.0.mlp.gate_up_proj", ["QKVParallel"], "gate_up_proj")
+    assert not m(name, ["Embedding"], "qkv_proj")
+
+
+def test_a_findings_way_out_offers_the_fix_the_fixed_release_and_the_patch():
+    from types import SimpleNamespace
+
+    from imgbuild.checks.checkmodel.behaviour import Fact
+    from imgbuild.checks.checkmodel.findings import Finding, _way_out
+
+    t = SimpleNamespace(name="sglang-0516-blackwell", engine="sglang")
+    f = Fact("ignore_matcher", "substring", fixed_in="0.5.17", fix_patch="sglang-ct-exact")
+    assert _way_out(f, t, "`--fix OUT` rewrites them") == (
+        "`--fix OUT` rewrites them; or serve it with sglang >= 0.5.17; or add `sglang-ct-exact` "
+        "to `patches:` in images/sglang-0516-blackwell.yaml")
+    assert _way_out(f, None, "") == ("serve it with the engine >= 0.5.17; or add "
+                                     "`sglang-ct-exact` to `patches:` in the target's yaml")
+    patched = Fact("ignore_matcher", "exact", patched_by="sglang-ct-exact", fixed_in="0.5.17",
+                   fix_patch="sglang-ct-exact")
+    assert _way_out(patched, t, "") == "serve it with sglang >= 0.5.17"
+    assert _way_out(None, t, "do this") == "do this"
+    d = Finding("format", "info", "m", ("a fact",), "hint", examples=("e",)).to_dict()
+    assert d["facts"] == ["a fact"] and d["examples"] == ["e"]
