@@ -107,7 +107,8 @@ clean:
 # what list and plan show (tests/golden/cli/) and the admission policies `run --emit k8s`
 # writes for a signed-by policy (tests/golden/admission/), what outdated and relock show
 # (tests/golden/ci/), what build shows when it ends (tests/golden/build/) and what an index is
-# attested with (tests/golden/attest/), after a change
+# attested with (tests/golden/attest/) and what check-model holds each engine version to
+# (tests/golden/checkmodel/), after a change
 # meant to give new tags, text or claims; the tests fail on any other change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write

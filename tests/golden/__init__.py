@@ -38,6 +38,9 @@ image, an index; plain and JSON) with build/ here.
 tests/test_decisions_index_attestations.py compares the SBOM and provenance a multi-platform
 index is attested with with attest/ here.
 
+tests/test_decisions_engine_behaviour.py compares what check-model holds each engine version
+to (behaviours, fixes, patches, model classes' mappings) with checkmodel/ here.
+
 tests/test_decisions_refusals.py compares what each refusal of bad input says (message,
 facts, way out, exit code) with refusals.json here.
 
@@ -74,6 +77,7 @@ ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decision
 CI_VIEWS = Path(__file__).with_name("ci")  # made by tests/test_decisions_views_ci.py
 BUILD_VIEWS = Path(__file__).with_name("build")  # made by tests/test_decisions_views_build.py
 ATTEST = Path(__file__).with_name("attest")  # made by tests/test_decisions_index_attestations.py
+CHECKMODEL = Path(__file__).with_name("checkmodel")  # tests/test_decisions_engine_behaviour.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
 
 
@@ -191,6 +195,7 @@ def main(argv: list[str]) -> int:
     if "--write" in argv:
         # The pages made by the test modules that check them (each says what its pages are).
         from tests.test_decisions_emit import pages as emitted
+        from tests.test_decisions_engine_behaviour import pages as behaviours
         from tests.test_decisions_imagepolicy import pages as admission
         from tests.test_decisions_index_attestations import pages as attest_pages
         from tests.test_decisions_refusals import page as refusals
@@ -214,6 +219,7 @@ def main(argv: list[str]) -> int:
         _rewrite(CI_VIEWS, ci_pages())
         _rewrite(BUILD_VIEWS, build_pages())
         _rewrite(ATTEST, attest_pages())
+        _rewrite(CHECKMODEL, behaviours())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0

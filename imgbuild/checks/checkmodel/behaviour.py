@@ -58,7 +58,9 @@ class Behaviour:
         """The packed_modules_mapping the engine's model class declares, and where that is
         written; (None, why) when the table does not know the class for this version."""
         d = self.data
-        if d is None or not architecture:
+        if d is None:
+            return None, f"{self.engine} is not in the engine table (images/checks/engines.yaml)"
+        if not architecture:
             return None, "no architecture in config.json"
         if d.classes_versions is None or not SpecifierSet(d.classes_versions).contains(
                 Version(self.version), prereleases=True):

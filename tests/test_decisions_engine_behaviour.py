@@ -1,0 +1,58 @@
+"""What check-model holds each engine version to (checks/checkmodel/behaviour.py): for each
+engine and version the catalog's table covers (images/checks/engines.yaml), the behaviours
+with the rule and evidence each comes from, the patches a target applies, the first release
+that fixes each and the patch that does, and the model classes' packed_modules_mapping, as
+reviewed in tests/golden/checkmodel/ (`make golden` records them after a change meant to
+change them). check-model's findings are only as right as these answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imgbuild.checks.checkmodel.behaviour import behaviour
+from imgbuild.errors import InputError
+
+from . import golden
+from .conftest import checkout_workspace
+
+CASES = (
+    ("sglang", "0.5.16", ()),
+    ("sglang", "0.5.16", ("sglang-ct-mixed-precision-format", "sglang-ct-ignore-exact-match")),
+    ("sglang", "0.5.23", ()),
+    ("sglang", "0.4.0", ()),  # before the table: every behaviour unknown, the fixes still said
+    ("vllm", "0.33.0", ()),
+    ("transformers", "5.17.0", ()),
+    ("an-engine-the-table-has-not", "1.0", ()),
+)
+ARCHS = ("Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", None)
+
+
+def pages() -> dict[str, str]:
+    table = checkout_workspace().engines
+    out = {}
+    for engine, version, patches in CASES:
+        b = behaviour(engine, version, patches, table=table)
+        doc = b.to_dict() | {"model_mapping": {str(a): list(b.model_mapping(a)) for a in ARCHS},
+                             "w4a4": {k: b.w4a4(k) for k in ("linear", "moe")}
+                             if b.value("w4a4_without_fp4_arch") else None}
+        name = f"{engine}-{version}{'-patched' if patches else ''}.json"
+        out[name] = json.dumps(doc, indent=1, sort_keys=True, default=list) + "\n"
+    return out
+
+
+def recorded() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(golden.CHECKMODEL.glob("*.json"))}
+
+
+def test_each_engine_versions_behaviours_are_the_reviewed_ones():
+    got = pages()
+    assert not (said := golden.differences(got, recorded(), "checkmodel")), said
+    assert set(recorded()) <= set(got), "a recorded page nothing makes: `make golden` drops it"
+
+
+def test_a_version_that_is_not_pep_440_is_refused():
+    with pytest.raises(InputError) as e:
+        behaviour("sglang", "latest", table=checkout_workspace().engines)
+    assert e.value.message == "engine version 'latest' is not a PEP 440 version"
