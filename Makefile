@@ -99,17 +99,11 @@ mutation: venv
 clean:
 	rm -rf .venv .pytest_cache
 
-# Record every shipped target's content tag (tests/golden/content-tags.json), the generated
-# reference pages (tests/golden/reference/), the compatibility report of two targets
-# (tests/golden/report/), the CI matrix documents (tests/golden/matrix/), the pages
-# doctor, check-model and patches show (tests/golden/views/), what `run --emit` writes
-# (tests/golden/emit/), what each refusal of bad input says (tests/golden/refusals.json) and
-# what list and plan show (tests/golden/cli/) and the admission policies `run --emit k8s`
-# writes for a signed-by policy (tests/golden/admission/), what outdated and relock show
-# (tests/golden/ci/), what build shows when it ends (tests/golden/build/) and what an index is
-# attested with (tests/golden/attest/) and what check-model holds each engine version to
-# (tests/golden/checkmodel/), after a change
-# meant to give new tags, text or claims; the tests fail on any other change of them.
+# Record the reviewed copies in tests/golden/, after a change meant to give new tags, text or
+# claims: every shipped target's content tag, the reference pages, the compatibility report,
+# the CI matrix documents, what each refusal says, and each folder of pages in
+# golden.PAGE_FOLDERS (docs/contributing.md says what each holds). The tests fail on any other
+# change of them.
 golden: venv
 	.venv/bin/python -m tests.golden --write
 

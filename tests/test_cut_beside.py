@@ -23,21 +23,11 @@ from imgbuild.image.buildkit import BuildResult
 from imgbuild.image.compression import GZIP
 from imgbuild.pipeline import obtain
 
+from .progress_notes import Notes
+
 TOP = "127.0.0.1:9/bench:t-top"
 
 
-class Notes:
-    def __init__(self) -> None:
-        self.said: list[str] = []
-
-    def note(self, message: str, *, level: str = "info") -> None:
-        self.said.append(message)
-
-    def status(self, message: str):
-        return obtain.SILENT.status(message)
-
-    def transfer(self, kind: str, ref: str):
-        return obtain.SILENT.transfer(kind, ref)
 
 
 class Images:

@@ -21,6 +21,7 @@ from imgbuild.pipeline.obtain import Built
 from imgbuild.plan.decide import make_plan
 
 from .conftest import checkout_workspace
+from .progress_notes import Notes
 
 PASS = smoke.SmokeReport("r", True, ({"name": "checkpoint-cpu", "status": "pass"},), 3.0,
                          {}, "sha256:img")
@@ -56,18 +57,6 @@ class Client:
     images: Images
 
 
-@dataclass
-class Notes:
-    said: list = field(default_factory=list)
-
-    def note(self, message: str, *, level: str = "info") -> None:
-        self.said.append((level, message))
-
-    def status(self, message: str):
-        import contextlib
-
-        self.said.append(("status", message))
-        return contextlib.nullcontext(lambda *a: None)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +98,7 @@ def test_a_passing_run_opens_the_gate(plan, world):
     got, notes = _gate(plan, world)
     assert got.open and got.report is PASS and not got.forced and got.held is None
     assert world.runs == [plan.ref()]
-    assert notes.said[0][0] == "status" and plan.ref() in notes.said[0][1]
+    assert plan.ref() in notes.statuses[0]
 
 
 def test_a_pulled_image_is_judged_by_the_report_the_registry_stores_for_its_digest(plan, world):
@@ -126,8 +115,9 @@ def test_a_report_made_before_for_this_image_is_taken_and_said(plan, world):
     world.recalled = PASS
     got, notes = _gate(plan, world)
     assert got.open and world.runs == []
-    assert notes.said == [("info", f"smoke test not run again: {plan.ref()} passed it before "
+    assert notes.notes == [("info", f"smoke test not run again: {plan.ref()} passed it before "
                                    f"({PASS.reused}); --resmoke runs it")]
+    assert notes.statuses == []  # nothing ran to show a status for
 
 
 def test_resmoke_runs_it_again_whatever_was_made_before(plan, world):
@@ -149,7 +139,8 @@ def test_the_registrys_report_for_the_image_in_this_repository_is_taken(plan, wo
 def test_without_a_smoke_run_the_tags_stay_and_say_why(plan, world):
     got, notes = _gate(plan, world, run_smoke=False)
     assert not got.open and got.held == "no smoke test ran (--no-smoke)"
-    assert notes.said == [("info", "moving tags not moved: no smoke test ran (--no-smoke)")]
+    assert notes.notes == [("info", "moving tags not moved: no smoke test ran (--no-smoke)")]
+    assert notes.statuses == []
 
 
 def test_a_failed_smoke_test_moves_the_content_tag_aside_and_fails(plan, world):
@@ -169,7 +160,7 @@ def test_force_moves_the_tags_of_a_failed_image_and_says_so_loudly(plan, world):
     world.run_result = FAIL
     got, notes = _gate(plan, world, force=True)
     assert got.open and got.forced and world.client.images.removed == []
-    [(level, said)] = notes.said[1:]
+    [(level, said)] = notes.notes
     assert level == "warn" and said.startswith(f"FORCED: the smoke test FAILED for {plan.ref()}")
 
 
@@ -247,7 +238,7 @@ def test_the_cache_tag_moves_only_onto_an_image_whose_inline_cache_has_the_heavy
     assert moved == [(plan.content_tag, plan.cache_tag)] and notes.said == []
     assert build_mod.keep_build_cache(plan, REPO, "sha256:bad", notes) is None
     assert moved == [(plan.content_tag, plan.cache_tag)]  # left where it was, and said
-    [(level, said)] = notes.said
+    [(level, said)] = notes.notes
     assert said.startswith(f"{plan.ref(plan.cache_tag)} left where it was")
 
 
@@ -259,7 +250,8 @@ def test_a_platform_image_of_an_index_has_no_moving_tags_to_say_were_held(world)
     platform_plan = index.plans[0]
     assert platform_plan.tags == ()
     got, notes = _gate(platform_plan, world, run_smoke=False)
-    assert not got.open and got.held == "no smoke test ran (--no-smoke)" and notes.said == []
+    assert not got.open and got.held == "no smoke test ran (--no-smoke)"
+    assert notes.notes == [] and notes.statuses == []
 
 
 # --- which --cache-from images this Engine can read -------------------------------------------

@@ -18,23 +18,12 @@ from imgbuild.image.daemon import DockerCLI
 from imgbuild.plan.decide import make_plan
 
 from .conftest import checkout_workspace
+from .progress_notes import Notes
 
 LOGS = Path(__file__).parent / "data" / "buildkit"
 IID = "sha256:0b20d199f52258243a848314732cd28aed27a41538aab23d694c41a88f17cf68"
 
 
-class Notes:
-    def __init__(self):
-        self.said, self.statuses = [], []
-
-    def note(self, message, *, level="info"):
-        self.said.append(message)
-
-    def status(self, message):
-        import contextlib
-
-        self.statuses.append(message)
-        return contextlib.nullcontext(lambda text, detail="": self.statuses.append(text))
 
 
 def _client(tmp_path, log: str, rc: int) -> DockerCLI:

@@ -17,6 +17,7 @@ from imgbuild.lock.resolve import OverrideStatus
 from imgbuild.pipeline import lock as plock
 
 from .conftest import checkout_workspace
+from .progress_notes import Notes
 
 
 @pytest.fixture(scope="module")
@@ -242,13 +243,6 @@ def test_a_missing_kernel_record_makes_a_diff_line_naming_the_fix(ws, monkeypatc
 # request and lock, the workspace's wheel directory and lockfiles, the defaults, and that its
 # notes reach the progress the user sees.
 
-class Notes:
-    def __init__(self):
-        self.said: list[str] = []
-
-    def note(self, message: str, *, level: str = "info") -> None:
-        assert isinstance(message, str)
-        self.said.append(message)
 
 
 @pytest.fixture

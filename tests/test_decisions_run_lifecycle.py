@@ -29,6 +29,7 @@ from imgbuild.image.base import host_platform
 from imgbuild.pipeline import run as run_mod
 
 from .conftest import ROOT
+from .progress_notes import Notes
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 
@@ -93,15 +94,6 @@ class Engine:
             or ("sha256:" + "a" * 64 if self.local_image else None))
 
 
-class Notes:
-    def __init__(self) -> None:
-        self.said: list[tuple[str, str]] = []
-
-    def note(self, message: str, *, level: str = "info") -> None:
-        self.said.append((level, message))
-
-    def text(self, level: str | None = None) -> str:
-        return "\n".join(m for lv, m in self.said if level in (None, lv))
 
 
 @pytest.fixture
@@ -209,7 +201,7 @@ def test_a_container_the_daemon_would_not_remove_is_said_with_the_way_out(ws, en
     r, notes, *_rest = _run(ws, engine)
     assert ("warn", f"container {r.launch.name} was not removed (Cannot connect to the Docker "
             f"daemon): it may still run and hold its GPU and port; `docker rm -f "
-            f"{r.launch.name}` once the daemon answers") in notes.said
+            f"{r.launch.name}` once the daemon answers") in notes.notes
 
 
 # -- refused before anything starts ------------------------------------------------------------
@@ -247,7 +239,7 @@ def test_an_engine_without_the_nvidia_toolkit_is_refused_and_an_unsure_one_warne
     assert "start" not in [c[0] for c in engine.calls]
     engine.toolkit = toolkit.Toolkit(None, "a remote Engine")
     _r, notes, *_rest = _run(ws, engine)
-    assert ("warn", "NVIDIA Container Toolkit: not confirmed (a remote Engine)") in notes.said
+    assert ("warn", "NVIDIA Container Toolkit: not confirmed (a remote Engine)") in notes.notes
 
 
 def test_without_preflight_nothing_about_the_host_or_toolkit_is_asked(ws, engine):
@@ -298,7 +290,7 @@ def test_a_dry_run_of_a_target_reads_nothing_of_the_host(ws, engine, monkeypatch
 def test_a_dry_run_of_a_model_says_which_targets_fit_and_why(ws, engine):
     r, notes, _ready, calls = _run(ws, engine, dry_run=True)
     assert r.status == "dry-run" and r.target == "sglang-blackwell" and calls == []
-    said = [m for _lv, m in notes.said]
+    said = notes.said
     assert said[0].startswith("chosen: sglang-blackwell (linux/amd64): ")
     assert any(m.startswith("no: ") for m in said)  # and why the others do not fit
     assert len(said) == len(r.fit.rows)

@@ -22,6 +22,7 @@ from imgbuild.plan.decide import smoke_model_key
 from imgbuild.progress import SILENT
 
 from .conftest import checkout_workspace
+from .progress_notes import Notes
 
 ALIAS = "tiny-nvfp4"
 REPO = registry.Repository.parse("127.0.0.1:5000/acme")
@@ -74,12 +75,6 @@ def world(monkeypatch, tmp_path):
     return w
 
 
-class Notes:
-    def __init__(self):
-        self.said = []
-
-    def note(self, message, *, level="info"):
-        self.said.append(message)
 
 
 def _entry(ws, key) -> Path:

@@ -9,12 +9,8 @@ ones on an Engine and a registry."""
 
 from __future__ import annotations
 
-import io
 import json
 
-from rich.console import Console
-
-from imgbuild.cli.console import Output
 from imgbuild.cli.views import image as views
 from imgbuild.image import smoke
 from imgbuild.image.buildkit import BuildResult
@@ -33,20 +29,6 @@ DIGEST = "sha256:" + "d" * 64
 STAGES = ({"name": "environment", "status": "pass", "duration_s": 0.04},
           {"name": "checkpoint-cpu", "status": "pass", "duration_s": 7.86},
           {"name": "gpu-engine", "status": "skipped"})
-
-
-def _shown(view, *args, as_json: bool = False) -> str:
-    buf = io.StringIO()
-    kw = dict(width=100, force_terminal=False, color_system=None, _environ={})
-    if as_json:
-        import contextlib
-
-        with contextlib.redirect_stdout(buf):
-            view(Output(True, Console(file=io.StringIO(), **kw),
-                        Console(file=io.StringIO(), **kw)), *args)
-    else:
-        view(Output(False, Console(file=buf, **kw), Console(file=io.StringIO(), **kw)), *args)
-    return buf.getvalue()
 
 
 def outcomes() -> dict[str, Outcome | MultiOutcome]:
@@ -89,23 +71,20 @@ def outcomes() -> dict[str, Outcome | MultiOutcome]:
             "index-held": held}
 
 
+GOLDEN = golden.page_folder(__name__)
+
+
 def pages() -> dict[str, str]:
     out = {}
     for name, o in outcomes().items():
         view = views.build_index if isinstance(o, MultiOutcome) else views.build
-        out[f"{name}.txt"] = _shown(view, o)
-        out[f"{name}.json"] = _shown(view, o, as_json=True)
+        out[f"{name}.txt"] = golden.shown(view, o)
+        out[f"{name}.json"] = golden.shown(view, o, as_json=True)
     return out
 
 
-def recorded() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(golden.BUILD_VIEWS.glob("*")) if p.is_file()}
-
-
 def test_what_a_build_shows_when_it_ends_is_what_was_reviewed():
-    got = pages()
-    assert not (said := golden.differences(got, recorded(), "build")), said
-    assert set(recorded()) <= set(got), "a recorded page nothing makes: `make golden` drops it"
+    GOLDEN.check(pages())
 
 
 def test_the_json_is_the_outcomes_own_dict():

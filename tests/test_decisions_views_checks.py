@@ -14,6 +14,7 @@ report finds; this file checks how it is said.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -57,10 +58,8 @@ def _consoles(terminal: bool) -> tuple[Console, io.StringIO, Console, io.StringI
     return Console(file=out, **kw), out, Console(file=err, **kw), err
 
 
-def _shown(view, *args, terminal: bool) -> str:
-    c, out, e, err = _consoles(terminal)
-    view(Output(False, c, e), *args)
-    return out.getvalue() + (f"--- stderr ---\n{err.getvalue()}" if err.getvalue() else "")
+# What a view shows on stdout, then on stderr, headed.
+_shown = functools.partial(golden.shown, width=WIDTH, stderr=True)
 
 
 def _facts(info: str, version: str, buildx: bool = True):
@@ -76,6 +75,9 @@ def _facts(info: str, version: str, buildx: bool = True):
 
 # An image reference long enough that each head line of --image is longer than the page.
 IN_IMAGE = "registry.example/acme/serving:sglang-0516-blackwell-k2.6"
+
+
+GOLDEN = golden.page_folder(__name__)
 
 
 def pages() -> dict[str, str]:
@@ -244,14 +246,10 @@ def layout_pages() -> dict[str, str]:
     return out
 
 
-def recorded() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(golden.VIEWS.glob("*.txt"))}
 
 
 def test_the_pages_people_read_are_the_reviewed_ones():
-    got = pages()
-    assert not (said := golden.differences(got, recorded(), "views")), said
-    assert set(recorded()) <= set(got), "a recorded page nothing makes: `make golden` drops it"
+    GOLDEN.check(pages())
 
 
 def test_a_terminal_shows_panels_and_a_pipe_plain_lines_never_cut():
@@ -281,10 +279,10 @@ def test_an_evidence_line_is_labelled_by_its_rank_and_role():
 
 
 def test_recorded_pages_exist_for_each_view():
-    names = set(recorded())
+    names = set(GOLDEN.recorded())
     for prefix in ("doctor-", "doctor-host-", "patches-", "check-model-"):
         assert any(n.startswith(prefix) for n in names), prefix
-    assert Path(golden.VIEWS).is_dir()
+    assert GOLDEN.folder.is_dir()
 
 
 # --- the words and cuts the pages above do not reach ------------------------------------------

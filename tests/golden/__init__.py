@@ -60,25 +60,90 @@ import io
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-FILE = Path(__file__).with_name("content-tags.json")
-REFERENCES = Path(__file__).with_name("reference")
+HERE = Path(__file__).parent
+FILE = HERE / "content-tags.json"
+REFERENCES = HERE / "reference"
 REFERENCE_PYTHON = (3, 11)  # the dev venv's (Makefile PYTHON)
-REPORT = Path(__file__).with_name("report")
+REPORT = HERE / "report"
 REPORT_TARGETS = ("tiny-cpu", "sglang-blackwell")
-MATRIX = Path(__file__).with_name("matrix")
-VIEWS = Path(__file__).with_name("views")  # made by tests/test_decisions_views_checks.py
-EMIT = Path(__file__).with_name("emit")  # made by tests/test_decisions_emit.py
-REFUSALS = Path(__file__).with_name("refusals.json")  # tests/test_decisions_refusals.py
-CLI = Path(__file__).with_name("cli")  # made by tests/test_decisions_views_plan.py
-ADMISSION = Path(__file__).with_name("admission")  # made by tests/test_decisions_imagepolicy.py
-CI_VIEWS = Path(__file__).with_name("ci")  # made by tests/test_decisions_views_ci.py
-BUILD_VIEWS = Path(__file__).with_name("build")  # made by tests/test_decisions_views_build.py
-ATTEST = Path(__file__).with_name("attest")  # made by tests/test_decisions_index_attestations.py
-CHECKMODEL = Path(__file__).with_name("checkmodel")  # tests/test_decisions_engine_behaviour.py
+MATRIX = HERE / "matrix"
+REFUSALS = HERE / "refusals.json"  # made by tests/test_decisions_refusals.py
 MATRIX_REPOSITORY = "ghcr.io/acme/imgbuild"  # a registry host: Bake's cache entries are in
+
+
+@dataclass(frozen=True)
+class PageFolder:
+    """A folder of reviewed pages here, made by the `pages()` of the test module that checks
+    them. `make golden` walks PAGE_FOLDERS, so a folder that is not named there is never
+    written again (tests/test_golden_pages.py fails on one)."""
+
+    name: str  # the folder under tests/golden/, and the name its diffs are given
+    maker: str  # the test module whose pages() makes them
+    pattern: str = "*"  # which files in the folder are pages ("*/*": a folder per case)
+
+    @property
+    def folder(self) -> Path:
+        return HERE / self.name
+
+    def recorded(self) -> dict[str, str]:
+        """The reviewed pages, by their path in the folder."""
+        return {p.relative_to(self.folder).as_posix(): p.read_text()
+                for p in sorted(self.folder.glob(self.pattern)) if p.is_file()}
+
+    def make(self) -> dict[str, str]:
+        import importlib
+
+        return importlib.import_module(self.maker).pages()
+
+    def check(self, got: dict[str, str]) -> None:
+        """Each page made is its reviewed copy, and each reviewed copy is still made."""
+        want = self.recorded()
+        said = differences(got, want, self.name)
+        assert not said, said
+        gone = sorted(set(want) - set(got))
+        assert not gone, f"recorded pages nothing makes any more (`make golden` drops them): {gone}"
+
+
+PAGE_FOLDERS = (
+    PageFolder("views", "tests.test_decisions_views_checks", "*.txt"),
+    PageFolder("emit", "tests.test_decisions_emit", "*/*"),
+    PageFolder("cli", "tests.test_decisions_views_plan"),
+    PageFolder("admission", "tests.test_decisions_imagepolicy"),
+    PageFolder("ci", "tests.test_decisions_views_ci", "*.txt"),
+    PageFolder("build", "tests.test_decisions_views_build"),
+    PageFolder("attest", "tests.test_decisions_index_attestations", "*.json"),
+    PageFolder("checkmodel", "tests.test_decisions_engine_behaviour", "*.json"),
+)
+# Made here, from the checkout, not by a test module's pages().
+MADE_HERE = ("reference", "report", "matrix")
+
+
+def page_folder(maker: str) -> PageFolder:
+    """The folder the test module `maker` (its __name__) makes."""
+    [folder] = [f for f in PAGE_FOLDERS if f.maker == maker]
+    return folder
+
+
+def shown(view: Callable[..., object], *args: object, as_json: bool = False,
+          terminal: bool = False, width: int = 100, stderr: bool = False) -> str:
+    """What `view(output, *args)` shows, as one string: on a terminal (colours, panels) or in
+    a pipe (plain lines), at `width` columns. JSON is caught whether the view prints it on
+    its console or on stdout itself; with `stderr`, what it says there follows, headed."""
+    from rich.console import Console
+
+    from imgbuild.cli.console import Output
+
+    out, err = io.StringIO(), io.StringIO()
+    kw = dict(width=width, force_terminal=terminal, color_system="standard" if terminal
+              else None, legacy_windows=False, _environ={})
+    with contextlib.redirect_stdout(out):
+        view(Output(as_json, Console(file=out, **kw), Console(file=err, **kw)), *args)
+    return out.getvalue() + (f"--- stderr ---\n{err.getvalue()}"
+                             if stderr and err.getvalue() else "")
 
 
 @contextlib.contextmanager
@@ -193,16 +258,7 @@ def main(argv: list[str]) -> int:
     tags = compute(images, lockfiles)
     text = json.dumps(tags, indent=2, sort_keys=True) + "\n"
     if "--write" in argv:
-        # The pages made by the test modules that check them (each says what its pages are).
-        from tests.test_decisions_emit import pages as emitted
-        from tests.test_decisions_engine_behaviour import pages as behaviours
-        from tests.test_decisions_imagepolicy import pages as admission
-        from tests.test_decisions_index_attestations import pages as attest_pages
         from tests.test_decisions_refusals import page as refusals
-        from tests.test_decisions_views_build import pages as build_pages
-        from tests.test_decisions_views_checks import pages as views
-        from tests.test_decisions_views_ci import pages as ci_pages
-        from tests.test_decisions_views_plan import pages as cli_pages
 
         FILE.write_text(text)
         if sys.version_info[:2] != REFERENCE_PYTHON:
@@ -212,14 +268,9 @@ def main(argv: list[str]) -> int:
             _rewrite(REFERENCES, references(root))
         _rewrite(REPORT, report_pages(images, lockfiles))
         _rewrite(MATRIX, matrix_documents(images, lockfiles))
-        _rewrite(VIEWS, views())
-        _rewrite(EMIT, emitted())
-        _rewrite(CLI, cli_pages())
-        _rewrite(ADMISSION, admission())
-        _rewrite(CI_VIEWS, ci_pages())
-        _rewrite(BUILD_VIEWS, build_pages())
-        _rewrite(ATTEST, attest_pages())
-        _rewrite(CHECKMODEL, behaviours())
+        # The pages made by the test modules that check them (each says what its pages are).
+        for folder in PAGE_FOLDERS:
+            _rewrite(folder.folder, folder.make())
         REFUSALS.write_text(refusals())
     sys.stdout.write(text)
     return 0
