@@ -163,6 +163,8 @@ def check_model_pages(ws) -> dict[str, str]:
                            ct_formats=ct_now())
         out["check-model-fused-fix.terminal.txt"] = _shown(views.check_model, r,
                                                           terminal=True)
+        # --json: the report's own fields, what a tool reads.
+        out["check-model-fused-fix.json"] = _shown(views.check_model, r, as_json=True)
         # Parent entries on the patched engine: no finding; the fix still collapses them.
         r = cm.check_model(ws, "moe", "sglang-0516-blackwell", "moe-fixed",
                            ct_formats=ct_now())
@@ -200,6 +202,9 @@ def check_model_pages(ws) -> dict[str, str]:
                 out[f"check-model-in-image-{name}.{mode}.txt"] = _shown(
                     views.check_model, replace(r, in_image=answer, image=IN_IMAGE),
                     terminal=mode == "terminal")
+            if name == "mismatch":
+                out[f"check-model-in-image-{name}.json"] = _shown(
+                    views.check_model, replace(r, in_image=answer, image=IN_IMAGE), as_json=True)
         # What a fix says when its proof fails, an earlier original was kept and a mapping
         # was added; a checkpoint read from config.json alone, of no known architecture;
         # an engine behaviour no rule covers; an info finding.
@@ -220,6 +225,7 @@ def check_model_pages(ws) -> dict[str, str]:
         for mode in ("plain", "terminal"):
             out[f"check-model-odd-fix.{mode}.txt"] = _shown(views.check_model, odd,
                                                            terminal=mode == "terminal")
+        out["check-model-odd-fix.json"] = _shown(views.check_model, odd, as_json=True)
     return out
 
 

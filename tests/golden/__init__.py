@@ -109,7 +109,7 @@ class PageFolder:
 
 
 PAGE_FOLDERS = (
-    PageFolder("views", "tests.test_decisions_views_checks", "*.txt"),
+    PageFolder("views", "tests.test_decisions_views_checks"),
     PageFolder("emit", "tests.test_decisions_emit", "*/*"),
     PageFolder("cli", "tests.test_decisions_views_plan"),
     PageFolder("admission", "tests.test_decisions_imagepolicy"),
