@@ -113,6 +113,29 @@ def test_error_for_people_facts_chain_and_log_tail():
     assert "bad [markup]" in err.getvalue() and "help" not in err.getvalue()
 
 
+def test_error_lines_are_the_errors_own_words_on_a_console_that_highlights():
+    # A console of someone else's making highlights numbers, paths and addresses: a log line
+    # or a fact is shown as written, never coloured as if imgbuild had judged it.
+    err = io.StringIO()
+    out = cli_console.Output(False, Console(file=io.StringIO()),
+                             Console(file=err, width=200, force_terminal=True,
+                                     color_system="standard", highlight=True))
+    out.error(errors.JobFailed("m", facts=["port 8000 on 10.0.0.1 is taken"],
+                               log_tail=["exit 137 at /usr/lib/x.py:42"]))
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "\x1b[2m── log tail ──\x1b[0m"
+    assert lines[1] == "│ exit 137 at /usr/lib/x.py:42"
+    assert lines[-1] == "  ╰─▶ port 8000 on 10.0.0.1 is taken"
+
+
+def test_a_plain_progress_line_is_never_highlighted():
+    err = io.StringIO()
+    console = Console(file=err, width=200, force_terminal=True, color_system="standard",
+                      highlight=True)
+    cli_console.PlainProgress(console).note("pushed 3 layers to 127.0.0.1:5000 in 2.5 s")
+    assert err.getvalue() == "pushed 3 layers to 127.0.0.1:5000 in 2.5 s\n"
+
+
 def test_error_as_json_carries_the_log_tail_of_a_failed_job_only(capsys):
     out, _ = _output(True)
     out.error(errors.JobFailed("m", log_tail=["x"]))

@@ -282,3 +282,56 @@ def test_a_transfer_line_gives_way_in_order():
     assert line.endswith("44eb40580 (3/10 layers)") and len(line) == 36
     # ... and last of all what cannot fit at all is cut, never wider than asked.
     assert [len(fit_transfer("pull", HEADLINE, counts, w)) for w in (1, 8, 20)] == [1, 8, 20]
+
+
+def test_a_transfer_line_keeps_its_counts_while_the_reference_has_its_least_room():
+    from imgbuild.cli.console import MIN_REF, fit_transfer
+
+    ref = "r" * MIN_REF
+    width = len("pull ") + MIN_REF + len(" (1/2 layers)")  # the least room, exactly
+    assert fit_transfer("pull", ref, ("1/2 layers",), width) == f"pull {ref} (1/2 layers)"
+    # one column less and the counts go, the reference whole
+    assert fit_transfer("pull", ref, ("1/2 layers",), width - 1) == f"pull {ref}"
+
+
+def test_a_transfer_with_no_counts_says_none():
+    from imgbuild.cli.console import fit_transfer
+
+    assert fit_transfer("push", "r:t", (), 80) == "push r:t"
+
+
+def test_the_counts_go_one_by_one_to_none_when_even_one_leaves_the_reference_too_little():
+    from imgbuild.cli.console import MIN_REF, fit_transfer
+
+    ref = "r" * MIN_REF
+    line = fit_transfer("pull", ref, ("1/2 layers", "1 there already"), len("pull ") + MIN_REF + 3)
+    assert line == f"pull {ref}"
+
+
+def test_a_transfer_line_is_fitted_to_its_column_and_gives_way_to_the_kind_at_least():
+    from rich.console import Console
+
+    from imgbuild.cli.console import _TransferLine
+
+    line = _TransferLine("pull", "registry.example/acme:tag", ("1/2 layers",))
+    frame = Console(file=io.StringIO(), width=12, record=True)
+    frame.print(line)
+    assert frame.export_text() == "pull re…:tag\n"
+    # the column may be squeezed down to the kind and one character of the reference
+    assert tuple(line.__rich_measure__(frame, frame.options)) == (
+        len("pull") + 2, len("pull registry.example/acme:tag (1/2 layers)"))
+
+
+def test_a_task_without_a_fitted_line_keeps_to_one_line_in_the_bars_column():
+    from rich.console import Console
+    from rich.progress import Task
+    from rich.table import Column, Table
+
+    from imgbuild.cli.console import _LineColumn
+
+    task = Task(0, "unpacking a very long description", None, 0, _get_time=lambda: 0.0)
+    grid = Table.grid(Column(ratio=3, no_wrap=True))  # as the bars' first column is made
+    grid.add_row(_LineColumn().render(task))
+    frame = Console(file=io.StringIO(), width=10, record=True)
+    frame.print(grid)
+    assert frame.export_text() == "unpacking…\n"
