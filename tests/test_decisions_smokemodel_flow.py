@@ -10,6 +10,7 @@ judges a real one. tests/test_smokemodel.py generates real ones."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,21 @@ def test_a_generated_alias_is_read_from_this_machines_cache_or_said_missing(ws, 
     assert report.resolve_checkpoint(ALIAS, ws) == ("loaded", _entry(ws, key), {})
 
 
+def test_a_generated_alias_is_looked_up_without_resolving_the_generators_lock(ws, key,
+                                                                               monkeypatch):
+    # check-model reads: it never runs uv to lock the generator image again to find a key
+    from imgbuild.checks.checkmodel import report
+    from imgbuild.plan import decide
+
+    asked, make_plan = [], decide.make_plan
+    monkeypatch.setattr(decide, "make_plan", lambda *a, **kw: asked.append(kw.get("resolve"))
+                        or make_plan(*a, **kw))
+    monkeypatch.setattr(report, "load_checkpoint", lambda path, **kw: path)
+    checkpoint(_entry(ws, key), key)
+    assert report.resolve_checkpoint(ALIAS, ws) == _entry(ws, key)
+    assert asked == [False]
+
+
 def test_a_hub_alias_is_its_checkpoint_at_its_revision_and_a_path_is_itself(ws, monkeypatch,
                                                                            tmp_path):
     from imgbuild.checks.checkmodel import report
@@ -184,6 +200,16 @@ def test_a_hub_alias_is_its_checkpoint_at_its_revision_and_a_path_is_itself(ws, 
     prof = ws.model("k2.6")
     assert report.resolve_checkpoint("k2.6", ws) == (
         "loaded", prof.checkpoint, {"revision": prof.revision})
+
+    class Pinned:  # the same catalog, with the alias pinned to a revision of its repository
+        def __getattr__(self, name):
+            return getattr(ws, name)
+
+        def model(self, alias):
+            return replace(ws.model(alias), revision="0123abcd")
+
+    assert report.resolve_checkpoint("k2.6", Pinned()) == (
+        "loaded", prof.checkpoint, {"revision": "0123abcd"})
     # a directory of that name here is a path, not the alias
     (tmp_path / "k2.6").mkdir()
     monkeypatch.chdir(tmp_path)
