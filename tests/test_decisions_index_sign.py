@@ -670,3 +670,27 @@ def test_a_build_with_a_kms_key_cosign_cannot_show_is_refused_before_the_build(m
                         lambda signer, env=None: (KEYS / "cosign.pub").read_bytes())
     assert build.signing_key("awskms:///alias/ci", push=True, policy=policy) == Delegated(
         "/bin/cosign", "awskms:///alias/ci")
+
+
+def test_each_platform_images_identity_check_reads_whole():
+    from imgbuild.image.indexsign import identity_checks, index_identity_refusal, said_who
+
+    ci = ("https://github.com/acme/serving/.github/workflows/build.yml@refs/heads/main",
+          "https://token.actions.githubusercontent.com")
+    other = ("someone@example.com", None)
+    assert said_who(other) == "keyless as someone@example.com (issuer not named)"
+    assert identity_checks([ci, None]) == [
+        (("signature", True, f"keyless as {ci[0]} (issuer {ci[1]})"),),
+        (("signature", False, "none: no keyless signature (a certificate) of it is in the "
+                              "registry"),)]
+    assert identity_checks([ci, other]) == [
+        (("signature", False, f"keyless as {ci[0]} (issuer {ci[1]}); the platform images name "
+                              "2 identities, and one signs the index"),),
+        (("signature", False, "keyless as someone@example.com (issuer not named); the platform "
+                              "images name 2 identities, and one signs the index"),)]
+    assert index_identity_refusal(None, ci) == ("the registry holds no keyless signature of "
+                                                "the index (no certificate)")
+    assert index_identity_refusal(other, ci) == (
+        f"the index was signed keyless as someone@example.com (issuer not named); its "
+        f"platform images keyless as {ci[0]} (issuer {ci[1]})")
+    assert index_identity_refusal(ci, ci) is None and index_identity_refusal(ci, None) is None
