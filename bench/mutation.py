@@ -218,9 +218,10 @@ def _dotted(path: str) -> str:
     return path[:-3].replace("/", ".").removesuffix(".__init__")
 
 
-def imports_of(source: str, dotted: str = "", package: bool = False) -> set[str]:
-    """The imgbuild names a source imports or names (`from imgbuild.a import b` -> `imgbuild.a.b`,
-    relative imports resolved from `dotted`, and dotted names in strings, as monkeypatch takes)."""
+def imports_of(source: str, dotted: str = "", package: bool = False, root: str = PACKAGE) -> set[str]:
+    """The names under `root` a source imports or names (`from imgbuild.a import b` ->
+    `imgbuild.a.b`, relative imports resolved from `dotted`, and dotted names in strings, as
+    monkeypatch takes)."""
     out: set[str] = set()
     for n in ast.walk(ast.parse(source)):
         if isinstance(n, ast.ImportFrom):
@@ -229,18 +230,41 @@ def imports_of(source: str, dotted: str = "", package: bool = False) -> set[str]
                 pkg = dotted.split(".") if package else dotted.split(".")[:-1]
                 pkg = pkg[:len(pkg) - (n.level - 1)]
                 base = ".".join(pkg + ([n.module] if n.module else []))
-            if base.split(".")[0] == PACKAGE:
+            if base.split(".")[0] == root:
                 out.update(f"{base}.{a.name}" for a in n.names)
         elif isinstance(n, ast.Import):
-            out.update(a.name for a in n.names if a.name.split(".")[0] == PACKAGE)
-    out.update(re.findall(rf"\b{PACKAGE}(?:\.\w+)+", source))
+            out.update(a.name for a in n.names if a.name.split(".")[0] == root)
+    out.update(re.findall(rf"\b{root}(?:\.\w+)+", source))
     return out
 
 
+def _test_helpers(test: str, src: str, local: dict[str, str]) -> set[str]:
+    """The files of tests/ that a test file's code runs by importing them, followed through
+    each other: tests/golden/__init__.py, conftest.py's helpers, another test file's. An
+    imgbuild module that only a helper imports (golden.run_cli imports imgbuild.cli.main)
+    is still reached by the test."""
+    by_dotted = {_dotted(p): p for p in local}
+    seen: set[str] = set()
+    todo = [(test, src)]
+    while todo:
+        path, text = todo.pop()
+        for name in imports_of(text, _dotted(path), path.endswith("__init__.py"), root="tests"):
+            # `from .conftest import x` names tests.conftest.x: the longest prefix that is a file
+            parts = name.split(".")
+            q = next((by_dotted[d] for i in range(len(parts), 0, -1)
+                      if (d := ".".join(parts[:i])) in by_dotted), None)
+            if q is not None and q not in seen and q != test:
+                seen.add(q)
+                todo.append((q, local[q]))
+    return seen
+
+
 def tests_map_from_imports(sources: dict[str, str], test_sources: dict[str, str],
-                           dynamic: dict[str, str] = DYNAMIC_IMPORTS) -> dict[str, list[str]]:
-    """module -> the test files that import it, directly or through the modules they import
-    (a superset of those that run it: mutmut keeps, per mutant, the tests that reach it)."""
+                           dynamic: dict[str, str] = DYNAMIC_IMPORTS,
+                           helpers: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """module -> the test files that import it, directly or through the modules they import,
+    theirs or the helpers' in tests/ they import (`helpers`: every file of tests/, by path): a
+    superset of those that run it, since mutmut keeps, per mutant, the tests that reach it."""
     by_dotted = {_dotted(p): p for p in sources}
 
     def resolve(name: str) -> str | None:
@@ -255,8 +279,10 @@ def tests_map_from_imports(sources: dict[str, str], test_sources: dict[str, str]
     for p, glob in dynamic.items():
         graph.get(p, set()).update(q for q in sources if fnmatch.fnmatch(q, glob) and q != p)
     out: dict[str, set[str]] = {}
+    local = {**(helpers or {}), **test_sources}
     for test, src in test_sources.items():
-        todo = [r for r in map(resolve, imports_of(src)) if r]
+        names = imports_of(src).union(*(imports_of(local[h]) for h in _test_helpers(test, src, local)))
+        todo = [r for r in map(resolve, names) if r]
         seen: set[str] = set()
         while todo:
             p = todo.pop()
@@ -440,10 +466,10 @@ def _junit_seconds(path: Path, tree: Path) -> dict[str, float]:
 
 def build_imports_map(start: dict) -> dict:
     """The test map from imports, at the run's commit: seconds to make."""
-    tests = {p: src for p, src in committed_sources(start["commit"], under="tests").items()
-             if Path(p).name.startswith("test_")}
+    files = committed_sources(start["commit"], under="tests")
+    tests = {p: src for p, src in files.items() if Path(p).name.startswith("test_")}
     count = {p: len(re.findall(r"^\s*(?:async )?def test_", src, re.M)) for p, src in tests.items()}
-    by_module = tests_map_from_imports(committed_sources(start["commit"]), tests)
+    by_module = tests_map_from_imports(committed_sources(start["commit"]), tests, helpers=files)
     return {"commit": start["commit"], "dirty": start["dirty"], "built": start["started"],
             "how": "imports", "cost_unit": "test functions",
             "modules": {m: {"tests": t, "cost": sum(count[x] for x in t)}

@@ -280,3 +280,29 @@ def test_modules_with_the_same_tests_run_together_and_their_mutants_are_told_apa
                                      group) == "imgbuild/cli/views/fit.py"
     assert mutation.module_of_mutant("imgbuild.cli.views.xǁTableǁrow__mutmut_2",
                                      group) == "imgbuild/cli/views/__init__.py"
+
+
+def test_the_import_map_follows_the_helpers_a_test_imports():
+    # golden.run_cli imports imgbuild.cli.main inside a function; a test that calls it runs
+    # main and every command, so it is among their tests though it imports neither.
+    sources = {"imgbuild/__init__.py": "", "imgbuild/cli/__init__.py": "",
+               "imgbuild/cli/main.py": "def main():\n    return 1\n",
+               "imgbuild/a.py": "def f():\n    return 2\n",
+               "imgbuild/b.py": "def g():\n    return 3\n"}
+    helpers = {
+        "tests/__init__.py": "",
+        "tests/golden/__init__.py": "def run_cli():\n    from imgbuild.cli.main import main\n"
+                                    "    return main()\n",
+        "tests/conftest.py": "from tests.shared import h\n",
+        "tests/shared.py": "from imgbuild.a import f\n\ndef h():\n    return f()\n",
+        "tests/unused.py": "from imgbuild.b import g\n",
+    }
+    tests = {"tests/test_pages.py": "from . import golden\n",
+             "tests/test_other.py": "from .conftest import h\n",
+             "tests/test_reuses.py": "from .test_pages import golden\n"}
+    got = mutation.tests_map_from_imports(sources, tests, helpers=helpers | tests)
+    assert got["imgbuild/cli/main.py"] == ["tests/test_pages.py", "tests/test_reuses.py"]
+    assert got["imgbuild/a.py"] == ["tests/test_other.py"]  # through conftest, then shared
+    assert "imgbuild/b.py" not in got  # a helper no test imports reaches nothing
+    # without the helpers, only what each test file itself imports
+    assert "imgbuild/cli/main.py" not in mutation.tests_map_from_imports(sources, tests)
