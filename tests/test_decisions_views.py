@@ -131,3 +131,49 @@ def test_init_says_what_it_wrote_and_the_numbered_next_steps(capsys, tmp_path):
         "target": "my-tiny", "extends": "tiny-cpu", "model": "my-model",
         "checkpoint": "org/model", "placeholder": False,
         "next": project_views.next_steps(w, tmp_path)}
+
+
+# --- the two layouts every view is made of ----------------------------------------------------
+
+LONG = "sglang-blackwell-k2.6-with-a-long-name"
+ROWS = [[LONG, "sm100, sm120", "the engine at 10.0.0.1 took 12 s and a cell long enough to fold"],
+        ["tiny-cpu", "cpu", "ok"]]
+
+
+def _console(width: int, *, terminal: bool, color: bool = False):
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=width, force_terminal=terminal, highlight=True,
+                   color_system="standard" if color else None)
+
+
+def test_a_squeezed_terminal_table_keeps_its_first_column_whole():
+    from imgbuild.cli.views import table
+
+    c = _console(45, terminal=True)
+    table(c, "targets", ["target", "archs", "note"], ROWS)
+    body = c.file.getvalue().splitlines()
+    assert any(f"│ {LONG} │" in ln for ln in body), body
+    # a first column narrower than its header keeps the header whole
+    c = _console(45, terminal=True)
+    table(c, "t", ["a-long-header", "b"], [["x", "y" * 60]])
+    assert "a-long-header" in c.file.getvalue()
+    # narrower than the name itself: the cut shows, never a silent crop at the edge
+    c = _console(20, terminal=True)
+    table(c, "targets", ["target", "archs", "note"], ROWS)
+    assert "│ sglang-blackw… │" in c.file.getvalue()
+
+
+def test_plain_lines_carry_no_colour_on_a_console_that_would_colour_them():
+    # Written to a pipe by a console told to colour and highlight (FORCE_COLOR-like set-ups,
+    # another program's console): a line that grep or cut reads holds only its text.
+    from imgbuild.cli.views import kv, table
+
+    c = _console(200, terminal=False, color=True)
+    table(c, "targets (2)", ["target", "archs", "note"], ROWS)
+    kv(c, "tiny-cpu: built 3 s ago", [("image", "127.0.0.1:5000/acme:t-1"), ("size", "1.2 GB")])
+    out = c.file.getvalue()
+    assert "\x1b[" not in out and out.startswith("targets (2)\n")
+    assert "size   1.2 GB" in out

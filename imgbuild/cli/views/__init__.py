@@ -13,7 +13,7 @@ from rich.table import Table
 
 def table(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
     """Rows under a title. The first column holds what a user types next (a target, a model,
-    a package) and is never cut.
+    a package): on a terminal the other columns fold before it is cut.
 
     On a terminal: a table whose other columns wrap to fit. Elsewhere (a pipe, a file, CI's
     log): one record per line, columns padded to their widest cell and nothing cut or wrapped,
@@ -29,10 +29,12 @@ def table(console: Console, title: str, columns: list[str], rows: list[list[str]
                         highlight=False)
         return
     t = Table(title=title, title_justify="left")
-    first = max((len(ln) for r in cells for ln in r[0].splitlines()), default=0) if cells else 0
     for i, col in enumerate(columns):
+        # rich gives a no_wrap column its whole width while the others can fold; on a
+        # terminal too narrow even for it, it ends in an ellipsis (a cut that shows), where a
+        # minimum width would only be cropped silently at the edge.
         if i == 0:
-            t.add_column(col, no_wrap=True, min_width=max(first, len(col)))
+            t.add_column(col, no_wrap=True)
         else:
             t.add_column(col, overflow="fold")
     for r in cells:
