@@ -255,3 +255,170 @@ def test_malformed_quantization_configs_are_named_by_key():
         "quantization_config.config_groups is list")
     assert K.malformed({"ignore": [1]}, ("text_config", "quantization_config")) == [
         "text_config.quantization_config.ignore[0] is int 1, not a name or `re:` expression"]
+
+
+# --- what is said, whole ----------------------------------------------------------------------
+
+def test_a_malformed_config_is_said_key_by_key_in_full():
+    long = ["x" * 70]
+    got = K.malformed({
+        "format": 3, "quant_method": ["compressed-tensors"], "quantization_status": {"a": 1},
+        "config_groups": {
+            "preset": ["re:.*"],  # a preset's targets, then a scheme: both are read
+            "g": {"targets": "Linear", "format": 1, "weights": long,
+                  "input_activations": 4, "output_activations": "fp8"},
+            "h": {"targets": ["Linear", 2]}}}, ("quantization_config",))
+    assert got == [
+        "quantization_config.format is int 3, not a string",
+        'quantization_config.quant_method is list ["compressed-tensors"], not a string',
+        'quantization_config.quantization_status is dict {"a": 1}, not a string',
+        'quantization_config.config_groups.g.targets is str "Linear"; compressed-tensors reads '
+        "a list of names or `re:` expressions",
+        "quantization_config.config_groups.g.format is int 1, not a string",
+        'quantization_config.config_groups.g.weights is list ["' + "x" * 55 + "..., not a "
+        "mapping (num_bits, type, strategy ...)",
+        "quantization_config.config_groups.g.input_activations is int 4, not a mapping "
+        "(num_bits, type, strategy ...)",
+        'quantization_config.config_groups.g.output_activations is str "fp8", not a mapping '
+        "(num_bits, type, strategy ...)",
+        "quantization_config.config_groups.h.targets[1] is int 2, not a name or `re:` "
+        "expression"]
+    assert K.malformed({"config_groups": "all"}, ("q",)) == [
+        'q.config_groups is str "all"; compressed-tensors reads a mapping of group name to '
+        "scheme"]
+
+
+def test_a_value_is_shown_whole_up_to_sixty_characters():
+    assert K._short("x" * 58) == '"' + "x" * 58 + '"'  # 60 with its quotes
+    assert K._short("x" * 59) == '"' + "x" * 56 + "..."  # 61: cut to 57, then ...
+
+
+def test_what_a_missing_or_truncated_checkpoint_is_told(tmp_path):
+    with pytest.raises(InputError) as e:
+        K.load_checkpoint(tmp_path)
+    assert e.value.message == f"{tmp_path}: no config.json"
+    assert e.value.hint == ("point check-model at the checkpoint directory (the one with "
+                            "config.json and the .safetensors files)")
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": []}')
+    with pytest.raises(InputError) as e:
+        K.load_checkpoint(tmp_path)
+    assert e.value.message == f"{tmp_path / 'model.safetensors.index.json'}: no weight_map"
+    assert e.value.hint == "the index is truncated; download it again"
+    with pytest.raises(InputError) as e:
+        K.load_checkpoint("no/such/path/x")
+    assert e.value.message == "no checkpoint at no/such/path/x"
+    assert e.value.hint == ("pass a checkpoint directory, its config.json, a model alias from "
+                            "`imgbuild list`, or a Hugging Face repo id")
+
+
+def test_three_safetensors_files_are_all_named(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    for i in range(3):
+        _safetensors(tmp_path / f"m-{i}.safetensors", [f"l{i}.weight"])
+    assert K.load_checkpoint(tmp_path).names_from == (
+        "m-0.safetensors, m-1.safetensors, m-2.safetensors (headers)")
+
+
+def test_where_a_checkpoint_was_read_from_is_kept(tmp_path):
+    text = '{"architectures": ["X"]}\n'
+    (tmp_path / "config.json").write_text(text)
+    _safetensors(tmp_path / "a.safetensors", ["z.weight"])
+    for given, cfg in ((tmp_path, tmp_path / "config.json"),
+                       (tmp_path / "config.json", tmp_path / "config.json")):
+        ck = K.load_checkpoint(given)
+        assert (ck.source, ck.config_path, ck.config_text) == (str(given), cfg, text)
+        assert ck.names_from == "a.safetensors (headers)"
+
+
+def test_a_tensor_outside_any_module_is_passed_over_not_the_end():
+    ck = K.Checkpoint.from_tensors({}, ["step", "a.weight_packed", "b.weight"], "s",
+                                   config_path=Path("c.json"))
+    assert ck.module_names == ("a", "b") and ck.quantized == {"a"}
+    assert ck.config_path == Path("c.json")
+
+
+def test_a_safetensors_header_length_is_read_unsigned_and_bounded(tmp_path):
+    # exactly the bound: read (here, the two bytes there are), not refused for its length
+    (tmp_path / "edge.bin").write_bytes(struct.pack("<Q", 512 * 1024 * 1024) + b"{}")
+    assert K.safetensors_keys(tmp_path / "edge.bin") == []
+    # a length with its top bit set is a huge length, never a negative one
+    (tmp_path / "top.bin").write_bytes(struct.pack("<Q", 2**63 + 2) + b"{}")
+    with pytest.raises(InputError) as e:
+        K.safetensors_keys(tmp_path / "top.bin")
+    assert e.value.message == f"{tmp_path / 'top.bin'}: not a safetensors file (header length " \
+                              f"{2**63 + 2})"
+
+
+# --- a Hugging Face repo id, through huggingface_hub's own cache, offline ---------------------
+
+COMMIT = "c" * 40
+
+
+@pytest.fixture()
+def hub(tmp_path, monkeypatch):
+    """huggingface_hub's cache under tmp_path, offline: hf_hub_download answers from it as it
+    would from a real download, and a file it lacks is an EntryNotFoundError."""
+    hh = pytest.importorskip("huggingface_hub")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    def put(repo: str, files: dict[str, str], ref: str = "main", commit: str = COMMIT) -> None:
+        d = tmp_path / "hub" / ("models--" + repo.replace("/", "--"))
+        (d / "refs").mkdir(parents=True, exist_ok=True)
+        (d / "refs" / ref).write_text(commit)
+        for name, text in files.items():
+            (d / "snapshots" / commit).mkdir(parents=True, exist_ok=True)
+            (d / "snapshots" / commit / name).write_text(text)
+
+    return hh, put
+
+
+def test_a_repo_id_is_read_from_the_hub_with_its_index(hub):
+    _, put = hub
+    text = '{"architectures": ["Qwen3MoeForCausalLM"]}'
+    put("acme/tiny", {"config.json": text, "model.safetensors.index.json": json.dumps(
+        {"weight_map": {"a.weight_packed": "1", "b.weight": "1"}})})
+    ck = K.load_checkpoint("acme/tiny")
+    assert (ck.source, ck.names_from, ck.config_text) == (
+        "acme/tiny", "acme/tiny: model.safetensors.index.json", text)
+    assert ck.module_names == ("a", "b") and ck.quantized == {"a"}
+    assert ck.architecture == "Qwen3MoeForCausalLM"
+
+
+def test_a_repo_id_is_read_at_the_revision_asked(hub):
+    _, put = hub
+    put("acme/tiny", {"config.json": '{"architectures": ["Old"]}'})
+    put("acme/tiny", {"config.json": '{"architectures": ["New"]}',
+                      "model.safetensors.index.json": '{"weight_map": {"n.weight": "1"}}'},
+        ref="v2", commit="d" * 40)
+    assert K.load_checkpoint("acme/tiny").architecture == "Old"
+    ck = K.load_checkpoint("acme/tiny", revision="v2")
+    assert ck.architecture == "New" and ck.module_names == ("n",)
+
+
+def test_a_repo_without_an_index_is_read_from_its_safetensors_headers(hub, monkeypatch):
+    hh, put = hub
+    from huggingface_hub.utils import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo
+
+    put("acme/tiny", {"config.json": "{}"})
+    asked = []
+
+    def metadata(repo, revision=None):  # the hub's answer, in huggingface_hub's own types
+        asked.append((repo, revision))
+        info = TensorInfo(dtype="U8", shape=[1], data_offsets=(0, 1))
+        return SafetensorsRepoMetadata(
+            metadata=None, sharded=False, weight_map={"x.weight_packed": "model.safetensors"},
+            files_metadata={"model.safetensors": SafetensorsFileMetadata(
+                metadata={}, tensors={"x.weight_packed": info, "x.weight_scale": info})})
+
+    monkeypatch.setattr(hh, "get_safetensors_metadata", metadata)
+    ck = K.load_checkpoint("acme/tiny")
+    assert ck.names_from == "acme/tiny: safetensors headers" and ck.quantized == {"x"}
+    assert asked == [("acme/tiny", None)]
+    # and when the hub cannot say (offline, no such file): config.json alone
+    monkeypatch.setattr(hh, "get_safetensors_metadata", lambda *a, **k: 1 / 0)
+    ck = K.load_checkpoint("acme/tiny")
+    assert ck.names_from is None and ck.module_names == () and ck.config == {}
