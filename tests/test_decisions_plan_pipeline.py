@@ -27,6 +27,7 @@ class Calls:
         self.plan: list[dict] = []
         self.index: list[dict] = []
         self.deps: list[tuple] = []
+        self.deps_in: list = []  # the workspace each check was given
         real_plan, real_index = pplan.make_plan, pplan.make_index_plan
 
         def make_plan(ws, target, **kw):
@@ -37,8 +38,9 @@ class Calls:
             self.index.append(kw)
             return real_index(ws, target, **{**kw, "resolve": False})
 
-        def check_deps(ws, target, **kw):
+        def check_deps(ws_, target, **kw):
             self.deps.append((target, kw))
+            self.deps_in.append(ws_)
             return list(findings)
 
         monkeypatch.setattr(pplan, "make_plan", make_plan)
@@ -133,3 +135,37 @@ def test_what_a_project_shadows_is_said_once_each(tmp_path):
     got = pplan.spec_source(plain, "mine")
     assert got.shadowing == () and got.layer == "project"
     assert dict(got.fields)["extends"] == "images/mine.yaml (project)"
+
+
+def test_a_model_an_arch_and_a_flavor_asked_reach_the_plan_and_the_check(ws, monkeypatch):
+    c = Calls(monkeypatch)
+    r = pplan.plan_target(ws, "sglang-blackwell", model="k2.6", archs=("sm100",),
+                          flavor="devel", platform=None)
+    assert c.plan == [{"model": "k2.6", "repository": "imgbuild", "archs": ("sm100",),
+                       "flavor": "devel", "platform": None}]
+    assert c.deps == [("sglang-blackwell", {"model": "k2.6", "platform": r.plan.platform})]
+    assert r.plan.model == "k2.6"
+    c = Calls(monkeypatch)
+    r = pplan.plan_index(ws, "tiny-cpu-multi", model="tiny-nvfp4", archs=("cpu",),
+                         flavor="devel")
+    assert c.index == [{"model": "tiny-nvfp4", "repository": "imgbuild", "archs": ("cpu",),
+                        "flavor": "devel"}]
+    assert [kw["model"] for _, kw in c.deps] == [p.plan.model for p in r.reports]
+    assert c.deps_in == [ws, ws]
+    assert all(p.source.file == ws.catalog.target("tiny-cpu-multi").path for p in r.reports)
+
+
+def test_a_model_named_on_the_command_line_is_said_when_the_project_shadows_it(tmp_path,
+                                                                                monkeypatch):
+    k26 = (ROOT / "images" / "models" / "k2.6.yaml").read_text()
+    ws = _project(tmp_path / "p", {"images/models/k2.6.yaml": k26})
+    assert ws.catalog.target("tiny-cpu").default_model != "k2.6"
+    assert pplan.spec_source(ws, "tiny-cpu").shadowing == ()
+    [said] = pplan.spec_source(ws, "tiny-cpu", "k2.6").shadowing
+    assert said.startswith("model 'k2.6' is the project's (images/models/k2.6.yaml), shadowing "
+                           "the built-in one (")
+    # and the plan of it says so, for one platform or each of an index's
+    monkeypatch.setattr(pplan, "check_deps", lambda *a, **k: [])
+    assert pplan.plan_target(ws, "tiny-cpu", model="k2.6").source.shadowing == (said,)
+    assert [r.source.shadowing for r in pplan.plan_index(ws, "tiny-cpu-multi",
+                                                         model="k2.6").reports] == [(said,)] * 2
