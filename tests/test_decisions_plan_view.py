@@ -226,3 +226,40 @@ def test_the_lock_report_says_each_entry_its_way(capsys):
         "stale  a  l/a.txt", "    -x==1", "    +x==2", "fresh  b  l/b.txt"]
     views.lock(make_output(True), check)
     assert json.loads(capsys.readouterr().out) == check.to_dict()
+
+
+def test_the_rows_that_say_none_or_root_only_and_a_link_given(ws, capsys):
+    from dataclasses import replace
+
+    from imgbuild.catalog.targets import Override
+
+    p = replace(make_plan(ws, "tiny-cpu", resolve=False), heavy_packages=(), smoke_model=None,
+                root_only=True, overrides=(
+                    Override("compressed-tensors==0.18.0", "NVFP4 needs it",
+                             "https://example.org/why"),
+                    Override("numpy<3", "the engine says so")))
+    rows = kv_rows(_plan_text(capsys, PlanReport(p, None)), "plan for tiny-cpu")
+    assert rows["heavy layer"] == ["none"] and rows["smoke model"] == ["none"]
+    assert rows["overrides"] == [
+        "compressed-tensors==0.18.0: NVFP4 needs it (https://example.org/why)",
+        "numpy<3: the engine says so"]
+    assert rows["runs as"] == ["root only: True (the smoke test's any-user stage is skipped; "
+                               "its Kubernetes manifests ask for root)"]
+    # a smoke model whose key is not known yet: its name and empty brackets
+    p = replace(p, smoke_model="tiny-nvfp4", smoke_model_key=None)
+    assert kv_rows(_plan_text(capsys, PlanReport(p, None)), "plan for tiny-cpu")[
+        "smoke model"] == ["tiny-nvfp4 ()"]
+
+
+def test_each_platform_of_an_index_plan_shows_the_models_quantization(ws, capsys, monkeypatch):
+    import imgbuild.pipeline.plan as pplan
+
+    real = pplan.make_index_plan
+    monkeypatch.setattr(pplan, "make_index_plan",
+                        lambda ws, t, **kw: real(ws, t, **{**kw, "resolve": False}))
+    r = plan_index(ws, "tiny-cpu-multi", checks=False)
+    profile = ws.model("k2.6")
+    views.index_plan(make_output(False), r, profile)
+    text = capsys.readouterr().out
+    assert [ln.split(None, 1)[1] for ln in text.splitlines() if ln.startswith("quantization ")] \
+        == [views.quantization_cell(profile)] * 2
