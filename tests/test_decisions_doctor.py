@@ -11,6 +11,7 @@ import pytest
 
 from imgbuild.catalog.failures import load_failures
 from imgbuild.checks import doctor
+from imgbuild.errors import InputError
 
 HEAD = """
 engines:
@@ -303,3 +304,86 @@ def test_layers_of_failure_files_load_as_one(tmp_path):
     (tmp_path / "empty").mkdir()
     assert [fp.id for fp in load_failures([low, tmp_path / "empty"]).fingerprints] == \
         ["shared", "low-only"]
+
+
+# --- how a log's bytes become lines -----------------------------------------------------------
+
+LOG_TEXT = "INFO serving on 0.0.0.0:30000  \nCUDA error: out of memory é\nlast X"
+
+
+def _gz(b: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(b)
+
+
+@pytest.mark.parametrize("raw", [
+    LOG_TEXT.encode("utf-8"),
+    LOG_TEXT.encode("utf-8-sig"),
+    LOG_TEXT.encode("utf-16"),  # with its byte-order mark (little-endian here)
+    b"\xfe\xff" + LOG_TEXT.encode("utf-16-be"),
+    LOG_TEXT.encode("utf-16-le"),  # no mark: the zero bytes of ASCII text say which
+    LOG_TEXT.encode("utf-16-be"),
+    _gz(LOG_TEXT.encode("utf-8")),
+    _gz(LOG_TEXT.encode("utf-16-le")),
+], ids=["utf-8", "utf-8-bom", "utf-16-bom-le", "utf-16-bom-be", "utf-16-le", "utf-16-be",
+        "gzip", "gzip-utf-16-le"])
+@pytest.mark.parametrize("peekable", [False, True], ids=["stream", "buffered"])
+def test_a_log_reads_as_its_lines_whatever_its_encoding(raw, peekable):
+    import io
+
+    stream = io.BytesIO(raw)
+    got = list(doctor._text_stream(io.BufferedReader(stream) if peekable else stream))
+    # trailing spaces kept: only the newline goes
+    assert got == ["INFO serving on 0.0.0.0:30000  ", "CUDA error: out of memory é", "last X"]
+
+
+def test_a_line_longer_than_the_limit_is_cut_and_the_rest_of_it_skipped():
+    import io
+
+    m = doctor.MAX_LINE
+    lines = ["a" * m, "b" * (m + 1), "c" * (m + 2), "d" * (m + 3 * (1 << 16)), "after"]
+    got = list(doctor._text_stream(io.BytesIO("\n".join(lines).encode())))
+    assert got == ["a" * m, "b" * (m + 1), "c" * (m + 1), "d" * (m + 1), "after"]
+
+
+def test_a_log_on_standard_input_is_read_from_the_stream_given():
+    import io
+
+    failures = load_failures(Path(__file__).resolve().parents[1] / "images")
+    r = doctor.doctor(failures, "-", io.BytesIO(b"INFO ok\n"))
+    assert r.source == "standard input" and r.diagnoses == ()
+    assert r.to_dict()["log"] == "standard input"
+
+
+def test_a_truncated_gzip_log_is_refused_with_what_to_pass(tmp_path):
+    import gzip
+    import io
+
+    failures = load_failures(Path(__file__).resolve().parents[1] / "images")
+    whole = gzip.compress(b"INFO a line\n" * 5000)
+    (tmp_path / "server.log.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError) as e:
+        doctor.doctor(failures, str(tmp_path / "server.log.gz"))
+    assert e.value.message == (f"cannot read {tmp_path / 'server.log.gz'}: Compressed file "
+                               "ended before the end-of-stream marker was reached")
+    assert e.value.hint == "pass the server's log as text or gzip"
+    with pytest.raises(InputError) as e:
+        doctor.doctor(failures, "-", io.BytesIO(whole[: len(whole) // 2]))
+    assert e.value.message.startswith("cannot read standard input: Compressed file ended")
+
+
+def test_an_os_error_is_said_in_its_own_words():
+    class Broken:
+        def read(self, n=-1):
+            raise OSError(5, "Input/output error")
+
+        readinto = peek = read
+
+        def readable(self):
+            return True
+
+    failures = load_failures(Path(__file__).resolve().parents[1] / "images")
+    with pytest.raises(InputError) as e:
+        doctor.doctor(failures, "-", Broken())
+    assert e.value.message == "cannot read standard input: Input/output error"

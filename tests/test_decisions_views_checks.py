@@ -91,6 +91,9 @@ def pages() -> dict[str, str]:
         stem = name.removesuffix(".log")
         out[f"doctor-{stem}.terminal.txt"] = _shown(views.doctor_report, report, terminal=True)
         out[f"doctor-{stem}.plain.txt"] = _shown(views.doctor_report, report, terminal=False)
+        if stem in ("two-failures", "sglang-memory-unbalanced"):
+            # --json: what a tool reads of each diagnosis, its evidence and the log's engine
+            out[f"doctor-{stem}.json"] = _shown(views.doctor_report, report, as_json=True)
     # Only a known sentence with another cause (SGLang's prefix, vLLM's sentence): no finding.
     other = doctor.diagnose(
         "[2026-03-02 10:00:00 TP0] Starting\nValueError: Free memory on device cuda:0 "
@@ -113,6 +116,9 @@ def pages() -> dict[str, str]:
     out["doctor-engine-given.plain.txt"] = _shown(
         views.doctor_report, doctor.DoctorReport("server.log", report.diagnoses, report.engine),
         terminal=False)
+    out["doctor-engine-given.json"] = _shown(
+        views.doctor_report, doctor.DoctorReport("server.log", report.diagnoses, report.engine),
+        as_json=True)
     for name, info, version, buildx in (
             ("containerd", "info-26-containerd.json", "version-26-containerd.json", True),
             ("classic", "info-26-classic.json", "version-26-classic.json", True),
