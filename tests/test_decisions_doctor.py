@@ -387,3 +387,20 @@ def test_an_os_error_is_said_in_its_own_words():
     with pytest.raises(InputError) as e:
         doctor.doctor(failures, "-", Broken())
     assert e.value.message == "cannot read standard input: Input/output error"
+
+
+def test_an_engine_the_user_names_is_taken_as_said_or_refused_with_the_way_to_write_it():
+    failures = load_failures(Path(__file__).resolve().parents[1] / "images")
+    e = doctor.engine_given("SGLang == 0.5.16 ", failures)
+    assert (e.name, e.version, e.certain) == ("sglang", "0.5.16", True)
+    assert e.evidence == doctor.Evidence(0, "--engine SGLang == 0.5.16 ", "engine")
+    assert doctor.engine_given("vllm", failures).version is None
+    with pytest.raises(InputError) as x:
+        doctor.engine_given("tgi==2.0", failures)
+    assert x.value.message == "--engine tgi==2.0: not an engine doctor knows"
+    assert x.value.facts == [f"engines: {', '.join(sorted(e.name for e in failures.engines))}"]
+    assert x.value.hint == "write NAME or NAME==VERSION, e.g. --engine sglang==0.5.16"
+    with pytest.raises(InputError) as x:
+        doctor.engine_given("sglang==latest", failures)
+    assert x.value.message == "--engine sglang==latest: 'latest' is not a version"
+    assert x.value.hint == "write NAME==VERSION, e.g. --engine sglang==0.5.16"
