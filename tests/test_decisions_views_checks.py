@@ -104,6 +104,8 @@ def pages() -> dict[str, str]:
         out[f"doctor-other-cause.{mode}.txt"] = _shown(
             views.doctor_report, doctor.DoctorReport("server.log", tuple(other)),
             terminal=mode == "terminal")
+    out["doctor-other-cause.json"] = _shown(
+        views.doctor_report, doctor.DoctorReport("server.log", tuple(other)), as_json=True)
     # An evidence line longer than a panel shows whole (300 characters): cut, with "...".
     long = doctor.doctor(failures, str(LOGS / "nccl-shm.log")).diagnoses[0]
     long = replace(long, evidence=(replace(long.evidence[0], text="x" * 290 + " " + "y" * 40),
