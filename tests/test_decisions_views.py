@@ -177,3 +177,14 @@ def test_plain_lines_carry_no_colour_on_a_console_that_would_colour_them():
     out = c.file.getvalue()
     assert "\x1b[" not in out and out.startswith("targets (2)\n")
     assert "size   1.2 GB" in out
+
+
+def test_a_long_word_in_another_column_folds_whole_on_a_terminal():
+    from imgbuild.cli.views import table
+
+    digest = "sha256:" + "0123456789abcdef" * 4
+    c = _console(40, terminal=True)
+    table(c, "images", ["target", "digest"], [["tiny-cpu", digest]])
+    cells = "".join(ln.split("│")[2].strip() for ln in c.file.getvalue().splitlines()
+                    if ln.count("│") == 3)
+    assert cells == digest  # every character there, over several lines: copied, not guessed
