@@ -14,6 +14,7 @@ class Notes:
     def __init__(self) -> None:
         self.notes: list[tuple[str, str]] = []  # (level, message), in the order said
         self.statuses: list[str] = []
+        self.details: list[tuple[str, str]] = []  # each status update with its detail, if any
 
     def note(self, message: str, *, level: str = "info") -> None:
         assert isinstance(message, str), message  # a note is words, never an object
@@ -31,7 +32,13 @@ class Notes:
     @contextlib.contextmanager
     def status(self, message: str) -> Iterator[Callable[..., None]]:
         self.statuses.append(message)
-        yield lambda text, detail="": self.statuses.append(text)
+
+        def update(text: str, detail: str = "") -> None:
+            self.statuses.append(text)
+            if detail:
+                self.details.append((text, detail))
+
+        yield update
 
     def transfer(self, kind: str, ref: str) -> contextlib.AbstractContextManager[Transfer]:
         return SILENT.transfer(kind, ref)

@@ -94,3 +94,26 @@ def test_what_a_build_asks_beyond_the_default_is_said_in_words():
         f"layers rewritten to SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}, zstd, through an OCI "
         "archive", "registry cache (mode=max) to 127.0.0.1:5000/acme:buildcache"]
     assert Export(cache_from=("x",)).describe() == []  # reading a cache asks nothing more
+
+
+def test_caches_that_could_not_be_read_and_uvs_downloads_are_said_their_way(plan, tmp_path,
+                                                                            monkeypatch):
+    got, notes = _build(plan, tmp_path, monkeypatch, "cache-from-and-uv.log",
+                        cache_from=("127.0.0.1:5000/imgbuild-never-pushed:none",
+                                    "127.0.0.1:5999/nowhere:tag"))
+    assert (got.steps, got.cached_steps, got.cache_imported) == (3, 1, ())
+    # a tag not pushed yet is the usual case and said nothing; an unreachable one is a warning
+    assert notes.notes[-1] == (
+        "warn", 'no cache read from 127.0.0.1:5999/nowhere:tag: failed to do request: Head '
+        '"http://127.0.0.1:5999/v2/nowhere/manifests/tag": dial tcp 127.0.0.1:5999: connect: '
+        "connection refused")
+    assert not any("never-pushed" in m for m in notes.said)
+    tag = plan.content_tag
+    assert f"building {tag}: reading the cache of 127.0.0.1:5999/nowhere:tag" in notes.statuses
+    assert f"building {tag}: reading the cache of 127.0.0.1:5000/imgbuild-never-pushed:none" \
+        in notes.statuses
+    # uv's downloads, as they come: what it said it fetches, and how much has arrived
+    step = f'building {tag}: [2/3] RUN echo "Resolved 3 packages in 12ms" && echo "Downloading'
+    said = [d for text, d in notes.details if text.startswith(step)]
+    assert said == ["uv fetched 0 B of 15.9 MB", "uv fetched 0 B of 867.8 MB",  # 15.2 MiB
+                    "uv fetched 15.9 MB of 867.8 MB"] + ["uv fetched 867.8 MB of 867.8 MB"] * 3
