@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import tarfile
 
+import pytest
+
 from imgbuild.image import layercut
 
 from .test_layercut import tar
@@ -69,3 +71,72 @@ def test_a_time_only_pax_can_hold_is_read_from_pax():
     assert members(b"".join(layercut.cut(io.BytesIO(same), lower, layercut.Cut()))) == []
     later = tar(("d", None, {**DIR, "mtime": far + 1}))
     assert members(b"".join(layercut.cut(io.BytesIO(later), lower, layercut.Cut()))) == ["d"]
+
+
+# --- reading a tar stream's members as tarfile itself reads them ------------------------------
+
+def _tar(fmt: int, members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt, encoding="utf-8",
+                      errors="surrogateescape") as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if data else None)
+    return buf.getvalue()
+
+
+def _members_of_all_kinds() -> list[tuple[tarfile.TarInfo, bytes]]:
+    long_dir = "usr/lib/python3.11/site-packages/" + "a-very-long-package-name/" * 4
+    out = []
+    f = tarfile.TarInfo(long_dir + "module_with_a_long_name\udcff.py")
+    f.size, f.uid, f.gid, f.mtime, f.mode = 5, 3_000_000, 4_000_000, 1_700_000_000, 0o644
+    out.append((f, b"hello"))
+    h = tarfile.TarInfo("usr/bin/short-link")
+    h.type, h.linkname = tarfile.LNKTYPE, long_dir + "module_with_a_long_name\udcff.py"
+    out.append((h, b""))
+    s = tarfile.TarInfo("usr/bin/sym")
+    s.type, s.linkname = tarfile.SYMTYPE, "../lib/" + "x" * 120 + "X"
+    out.append((s, b""))
+    both = tarfile.TarInfo(long_dir + "X-a-long-link-of-its-own")  # two extended headers
+    both.type, both.linkname = tarfile.SYMTYPE, "/opt/" + "y" * 110 + "X"
+    out.append((both, b""))
+    e = tarfile.TarInfo("etc/a=b c\udcff.conf")  # '=', a space, and a byte not UTF-8
+    e.size = 2
+    out.append((e, b"ok"))
+    return out
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT], ids=["pax", "gnu"])
+def test_each_member_reads_as_tarfile_reads_it_and_its_headers_pass_on_byte_for_byte(fmt):
+    raw = _tar(fmt, _members_of_all_kinds())
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:", encoding="utf-8",
+                      errors="surrogateescape") as tf:
+        want = [(m.name, m.linkname, m.size, m.uid, m.gid, int(m.mtime), m.type)
+                for m in tf.getmembers()]
+    src, got, passed = io.BytesIO(raw), [], b""
+    for m, header in layercut._members(src):
+        got.append((m.name, m.linkname, m.size, m.uid, m.gid, int(m.mtime), m.type))
+        data = src.read(layercut._padded(m.size)) if m.isfile() else b""
+        passed += header + data
+    assert got == want
+    assert raw.startswith(passed)  # the headers, extended ones too, as they were written
+
+
+def test_a_pax_header_of_several_records_is_read_record_by_record():
+    data = b"".join(r for r in (b"30 mtime=1700000000.123456789\n", b"16 path=a=b c d\n",
+                                b"12 uid=4242\n"))
+    assert layercut._pax(data) == {"mtime": "1700000000.123456789", "path": "a=b c d",
+                                   "uid": "4242"}
+
+
+def test_a_global_header_or_an_early_end_is_not_cut():
+    g = tarfile.TarInfo("pax_global_header")
+    g.type = tarfile.XGLTYPE
+    g.size = 12
+    raw = g.tobuf(tarfile.USTAR_FORMAT) + b"12 uid=4242\n".ljust(512, b"\0")
+    with pytest.raises(layercut.NotCut) as e:
+        list(layercut._members(io.BytesIO(raw)))
+    assert str(e.value) == "the filesystem's tar has a global header"
+    whole = _tar(tarfile.PAX_FORMAT, _members_of_all_kinds()[:1])
+    with pytest.raises(layercut.NotCut) as e:
+        list(layercut._members(io.BytesIO(whole[:700])))  # into the PAX header's records
+    assert str(e.value) == "the filesystem's tar ended early"
