@@ -422,3 +422,18 @@ def test_a_repo_without_an_index_is_read_from_its_safetensors_headers(hub, monke
     monkeypatch.setattr(hh, "get_safetensors_metadata", lambda *a, **k: 1 / 0)
     ck = K.load_checkpoint("acme/tiny")
     assert ck.names_from is None and ck.module_names == () and ck.config == {}
+
+
+def test_a_damaged_index_from_the_hub_is_refused_as_a_local_one_is(hub, tmp_path):
+    _, put = hub
+    put("acme/tiny", {"config.json": "{}", "model.safetensors.index.json": '{"metadata": {}}'})
+    with pytest.raises(InputError) as e:
+        K.load_checkpoint("acme/tiny")
+    assert e.value.message == "acme/tiny: model.safetensors.index.json has no weight_map"
+    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / COMMIT
+    assert e.value.facts == [f"read from {snap / 'model.safetensors.index.json'}"]
+    assert e.value.hint == ("the copy in the Hugging Face cache is damaged; delete it and run "
+                            "the command again")
+    (snap / "model.safetensors.index.json").write_text('{"weight_map": {"a.weight": "1"')
+    with pytest.raises(InputError, match="model.safetensors.index.json"):
+        K.load_checkpoint("acme/tiny")  # cut short: not JSON, said so, never "no modules"

@@ -211,8 +211,6 @@ def _load_hub(repo: str, revision: str | None = None) -> Checkpoint:
     src = None
     try:
         idx = Path(hh.hf_hub_download(repo, "model.safetensors.index.json", revision=revision))
-        doc, _ = _read_json(idx)
-        names, src = list(doc.get("weight_map") or {}), f"{repo}: model.safetensors.index.json"
     except EntryNotFoundError:
         try:
             meta = hh.get_safetensors_metadata(repo, revision=revision)
@@ -222,5 +220,16 @@ def _load_hub(repo: str, revision: str | None = None) -> Checkpoint:
             names = None
     except Exception:
         names = None
+    else:
+        # An index that is there but damaged is refused, as a local one is: reading none of
+        # its names would pass the checkpoint off as one with no modules.
+        doc, _ = _read_json(idx)
+        wm = doc.get("weight_map")
+        if not isinstance(wm, dict):
+            raise InputError(f"{repo}: model.safetensors.index.json has no weight_map",
+                             facts=[f"read from {idx}"],
+                             hint="the copy in the Hugging Face cache is damaged; delete it "
+                                  "and run the command again")
+        names, src = list(wm), f"{repo}: model.safetensors.index.json"
     return Checkpoint.from_tensors(config, names or (), repo, names_from=src, config_text=text)
 
