@@ -20,7 +20,8 @@ the commit it was made on; `--remap` makes it again), from the tests that need n
 Engine, PyPI or gigabytes (`-m "not live and not slow and not docker"`):
 
 - `--map imports` (the default, seconds to make): the test files that import the module,
-  directly or through the modules they import (and cli/main.py's commands, imported by name);
+  directly or through the modules they import (and cli/main.py's commands, imported by name),
+  their own or those of the tests/ files they import (tests/golden's run_cli runs cli/main.py);
   a superset of those that run it.
 - `--map coverage`: one coverage run of those tests with a context per test, each module ->
   the test functions that execute a line inside one of its functions. Tighter (each mutmut run
