@@ -397,6 +397,57 @@ def test_what_debootstrap_leaves_of_the_machine_and_the_moment_is_cleared(tmp_pa
     assert (root / "var/log/apt").is_dir()
 
 
+DECLARED = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LC_ALL": "C", "PYTHONDONTWRITEBYTECODE": "1", "SOURCE_DATE_EPOCH": "1700000000"}
+
+
+def test_a_base_is_made_in_a_declared_environment_whatever_the_callers():
+    # make exports PYTHONDONTWRITEBYTECODE empty, a shell may set it: each gave another digest
+    # of the same recipe on the same mirror (python3's postinst writes debpython's bytecode
+    # or not), so neither reaches debootstrap; nor does anything else but the proxies.
+    for host in ({"PYTHONDONTWRITEBYTECODE": ""}, {"PYTHONDONTWRITEBYTECODE": "1"}, {},
+                 {"PATH": "/root/.local/bin:/usr/bin", "LANG": "de_DE.UTF-8", "TZ": "Asia/Tokyo",
+                  "PYTHONHASHSEED": "7", "SOURCE_DATE_EPOCH": "1", "LD_PRELOAD": "/x.so",
+                  "DEBIAN_FRONTEND": "noninteractive", "TMPDIR": "/scratch"}):
+        assert base.bootstrap_env("1700000000", host) == DECLARED, host
+    proxied = {"http_proxy": "http://proxy:3128", "HTTPS_PROXY": "http://proxy:3129",
+               "no_proxy": "deb.example", "ALL_PROXY": "socks5://proxy", "ftp_proxy": "ftp://p"}
+    assert base.bootstrap_env("1700000000", proxied) == DECLARED | {
+        "http_proxy": "http://proxy:3128", "HTTPS_PROXY": "http://proxy:3129",
+        "no_proxy": "deb.example", "ALL_PROXY": "socks5://proxy"}
+    assert base.bootstrap_env("1", {})["SOURCE_DATE_EPOCH"] == "1"  # the recipe's epoch
+
+
+def test_debootstrap_is_run_in_that_environment_and_its_failure_said(tmp_path, monkeypatch):
+    # A debootstrap that writes down its arguments and environment, then fails as one whose
+    # mirror is out of reach does: nothing past it runs (no tar, no Engine).
+    seen = tmp_path / "seen"
+    exe = tmp_path / "bin" / "debootstrap"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\necho \"$*\" > {seen}.args\nenv > {seen}.env\n"
+                   "echo 'E: Failed getting release file' >&2\nexit 1\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "")
+    monkeypatch.setenv("http_proxy", "http://proxy:3128")
+    monkeypatch.setattr(base.os, "geteuid", lambda: 0)
+    rec = SimpleNamespace(key="debian-bookworm", image="imgbuild-base:debian-bookworm-py3.11",
+                          cpu_arch=base.host_cpu(), debian_arch="amd64",
+                          bootstrap={"suite": "bookworm", "variant": "minbase",
+                                     "include": ["python3"], "source_date_epoch": 1700000000,
+                                     "mirror": "http://deb.debian.org/debian"})
+    with pytest.raises(JobFailed) as e:
+        base._debootstrap_import(None, rec, base.SILENT)
+    assert e.value.message == "debootstrap failed"
+    assert e.value.log_tail == ["E: Failed getting release file"]
+    env = dict(line.split("=", 1) for line in (tmp_path / "seen.env").read_text().splitlines()
+               if "=" in line and line.split("=", 1)[0] not in ("PWD", "SHLVL", "_"))
+    assert env == DECLARED | {"http_proxy": "http://proxy:3128"}
+    args = (tmp_path / "seen.args").read_text().split()
+    assert args[:3] == ["--variant=minbase", "--include=python3", "bookworm"]
+    assert args[4] == "http://deb.debian.org/debian" and args[3].endswith("/rootfs")
+
+
 @pytest.fixture()
 def bases(monkeypatch):
     w = SimpleNamespace(local=None, held=None, pulled=[])

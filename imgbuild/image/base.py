@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,23 @@ class BaseResult:
 
 # Every file's mtime in a bootstrapped base, unless its recipe says otherwise (2023-11-14).
 DEFAULT_EPOCH = 1700000000
+# The proxy settings, in both spellings: the route to a mirror or an index, never what comes
+# from it. Of the caller's environment, only these reach debootstrap (bootstrap_env) and a
+# build (image/buildkit.py).
+PROXY_VARS = tuple(v for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+                   for v in (name, name.lower()))
+
+
+def bootstrap_env(epoch: str, host: Mapping[str, str]) -> dict[str, str]:
+    """The environment a base is made in: declared here, not inherited. The caller's leaked
+    into the bytes: python3's postinst imports Debian's own helpers, and whether that import
+    writes their bytecode follows PYTHONDONTWRITEBYTECODE (make exports it empty, a shell may
+    set it), so the same recipe on the same mirror gave two digests. Debian's root PATH; the C
+    locale; bytecode only where the packages compile it themselves."""
+    env = {k: host[k] for k in PROXY_VARS if k in host}
+    env.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", LC_ALL="C",
+               PYTHONDONTWRITEBYTECODE="1", SOURCE_DATE_EPOCH=epoch)
+    return env
 
 
 def registry_tag(base: Base) -> str:
@@ -196,8 +214,8 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
         cmd += [recipe["suite"], str(root), recipe.get("mirror", "http://deb.debian.org/debian")]
         progress.note(f"debootstrap {recipe['suite']} ({recipe.get('variant', 'minbase')}, "
                       f"+{','.join(recipe.get('include', []))}, {base.debian_arch}) ...")
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env=dict(os.environ, SOURCE_DATE_EPOCH=epoch))
+        env = bootstrap_env(epoch, os.environ)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise JobFailed("debootstrap failed",
                             log_tail=(proc.stdout + proc.stderr).splitlines()[-20:],
@@ -207,7 +225,7 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
             return _load_foreign(client, base, root, epoch, Path(td))
         tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
                                 "--numeric-owner", "--format=gnu", "-c", "."],
-                               stdout=subprocess.PIPE)
+                               stdout=subprocess.PIPE, env=env)
         imp = subprocess.Popen(daemon.cli_command(["import", "--change", 'CMD ["/bin/bash"]',
                                                    "-", base.image]),
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -270,7 +288,7 @@ def _load_foreign(client, base: Base, root: Path, epoch: str, work: Path) -> tup
     with layer.open("wb") as out:
         tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
                                 "--numeric-owner", "--format=gnu", "-c", "."],
-                               stdout=subprocess.PIPE)
+                               stdout=subprocess.PIPE, env=bootstrap_env(epoch, os.environ))
         assert tar.stdout is not None
         for chunk in iter(lambda: tar.stdout.read(1 << 20), b""):
             h.update(chunk)

@@ -19,7 +19,7 @@ from ..catalog.hardware import DEBIAN_ARCH
 from ..errors import EnvError, JobFailed
 from ..plan.plan import Plan
 from ..progress import SILENT, Progress, human_bytes
-from .base import host_cpu
+from .base import PROXY_VARS, host_cpu
 from .context import Secrets
 from .daemon import cli, run_cli
 
@@ -38,8 +38,7 @@ INLINE_CACHE = ("--build-arg", "BUILDKIT_INLINE_CACHE=1")
 # this host uses. BuildKit keeps them out of the image's history and of its cache key, and they
 # are no input of the content key. Each is named without a value, so the docker CLI reads it
 # from the environment it is given and a proxy's password never shows on a command line.
-PROXY_VARS = tuple(v for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
-                   for v in (name, name.lower()))
+# (PROXY_VARS, from base.py: the same settings reach debootstrap there.)
 
 
 # The time a reproducible build sets every file of its layers to, and its config's times:
