@@ -91,8 +91,9 @@ def test_the_host_said_is_docker_host_unless_one_is_given(tmp_path, no_daemon, m
 
 
 def test_a_buildx_that_does_not_answer_is_none_and_an_inspect_that_fails_no_driver(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+    for d in "abc":
+        (tmp_path / d).mkdir()
+    assert engine._buildx(str(_client(tmp_path / "c"))) == ("0.13.1+ds1", "docker")
     assert engine._buildx(str(_client(tmp_path / "a", version_ok=False))) == (None, None)
     assert engine._buildx(str(_client(tmp_path / "b", inspect_ok=False))) == ("0.13.1+ds1", None)
     assert engine._buildx(str(tmp_path / "no-such-docker")) == (None, None)

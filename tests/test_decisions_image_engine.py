@@ -6,7 +6,6 @@ the OCI save from 25.0, rewrite-timestamp from 26.0, the oldest API 1.41; the st
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -120,38 +119,8 @@ def test_the_buildx_plugin_builds_only_without_buildkit_built_in():
     assert not dataclasses.replace(f, buildx_version=None).buildx
 
 
-# --- asking the client for buildx, and which client ------------------------------------------
-# A client here replays what a real one printed (tests/fixtures/engines/buildx-*.txt, recorded
-# from trixie's docker-cli 26.1.5 with docker-buildx 0.13.1): the words are the client's.
-
-FIXTURES = Path(__file__).parent / "fixtures" / "engines"
-
-
-def _client(tmp_path, *, version: bool = True, inspect: bool = True) -> str:
-    script = tmp_path / "docker"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'[ "$1 $2" = "buildx version" ] && {"true" if version else "exit 1"} && '
-        f'exec cat {FIXTURES / "buildx-version.txt"}\n'
-        f'[ "$1 $2" = "buildx inspect" ] && {"true" if inspect else "exit 1"} && '
-        f'exec cat {FIXTURES / "buildx-inspect.txt"}\n'
-        "exit 1\n")
-    script.chmod(0o755)
-    return str(script)
-
-
-def test_buildx_is_asked_its_version_then_its_builders_driver(tmp_path):
-    assert engine._buildx(_client(tmp_path)) == ("0.13.1+ds1", "docker")
-
-
-def test_a_client_without_buildx_has_neither(tmp_path):
-    assert engine._buildx(_client(tmp_path, version=False)) == (None, None)
-    assert engine._buildx(str(tmp_path / "no-such-client")) == (None, None)
-
-
-def test_a_builder_that_cannot_be_inspected_has_no_driver(tmp_path):
-    assert engine._buildx(_client(tmp_path, inspect=False)) == ("0.13.1+ds1", None)
-
+# --- which client ------------------------------------------------------------------------------
+# (what a client is asked about buildx, and its answers: tests/test_decisions_engine_read.py)
 
 def test_with_no_client_that_can_build_the_first_found_is_named(monkeypatch):
     from imgbuild.errors import EnvError

@@ -51,13 +51,6 @@ DOCTOR_LOGS = ("two-failures.log", "nccl-shm.log", "sglang-memory-unbalanced.log
                "benign.log")
 
 
-def _consoles(terminal: bool) -> tuple[Console, io.StringIO, Console, io.StringIO]:
-    out, err = io.StringIO(), io.StringIO()
-    kw = dict(width=WIDTH, force_terminal=terminal, color_system="standard" if terminal
-              else None, legacy_windows=False, _environ={})
-    return Console(file=out, **kw), out, Console(file=err, **kw), err
-
-
 # What a view shows on stdout, then on stderr, headed.
 _shown = functools.partial(golden.shown, width=WIDTH, stderr=True)
 
@@ -248,15 +241,15 @@ def layout_pages() -> dict[str, str]:
             ["tiny-cpu", "cpu", "ok"], ["", "", ""]]
     pairs = [("image", "127.0.0.1:5000/acme:t-1"), ("tags", "a\nb [x]"), ("empty", "")]
     out = {}
+    def layouts(o: Output) -> None:
+        table(o.out, "targets (3)", ["target", "archs", "note"], rows)
+        table(o.out, "nothing", ["target"], [])
+        kv(o.out, "tiny-cpu: built", pairs)
+        kv(o.out, "no pairs", [])
+        lines(o.out, ["a line of 10.0.0.1 and 12 s", "[not markup]"])
+
     for mode in ("plain", "terminal"):
-        c, buf, _, _ = _consoles(mode == "terminal")
-        c.width = 60
-        table(c, "targets (3)", ["target", "archs", "note"], rows)
-        table(c, "nothing", ["target"], [])
-        kv(c, "tiny-cpu: built", pairs)
-        kv(c, "no pairs", [])
-        lines(c, ["a line of 10.0.0.1 and 12 s", "[not markup]"])
-        out[f"layout.{mode}.txt"] = buf.getvalue()
+        out[f"layout.{mode}.txt"] = golden.shown(layouts, terminal=mode == "terminal", width=60)
     return out
 
 
@@ -307,21 +300,19 @@ def _diag(text: str) -> doctor.Diagnosis:
 
 
 def test_a_terminal_cuts_an_evidence_line_past_300_characters_only():
-    c, out, _, _ = _consoles(True)
-    views._doctor_human([_diag("a" * 300), _diag("b" * 301)], c)
+    shown = _shown(lambda o: views._doctor_human([_diag("a" * 300), _diag("b" * 301)], o.out),
+                   terminal=True)
     # the panel wraps: compare without its colours, borders and breaks
-    shown = "".join(re.sub(r"\x1b\[[0-9;]*m|│", "", out.getvalue()).split())
+    shown = "".join(re.sub(r"\x1b\[[0-9;]*m|│", "", shown).split())
     assert "a" * 300 in shown
     assert "b" * 297 + "..." in shown and "b" * 298 not in shown
 
 
 def test_a_log_read_from_no_file_is_said_without_a_place():
-    c, out, _, _ = _consoles(False)
-    views._doctor_human([_diag("x")], c)
-    assert out.getvalue().startswith("1 known failure found\n")
-    c, out, _, _ = _consoles(False)
-    views._doctor_human([_diag("x")], c, source="server.log")
-    assert out.getvalue().startswith("1 known failure found in server.log\n")
+    shown = _shown(lambda o: views._doctor_human([_diag("x")], o.out))
+    assert shown.startswith("1 known failure found\n")
+    shown = _shown(lambda o: views._doctor_human([_diag("x")], o.out, source="server.log"))
+    assert shown.startswith("1 known failure found in server.log\n")
 
 
 def test_an_engine_store_imgbuild_does_not_know_is_said_so():
@@ -356,7 +347,7 @@ def test_an_answer_that_names_no_layer_count_asked_none():
     with golden.scratch("imgbuild-views-"):
         _moe_checkpoint(Path("moe"))
         r = cm.check_model(ws, "moe", "sglang-0516-blackwell", None, ct_formats=ct_now())
-    c, out, _, _ = _consoles(False)
-    views._in_image(replace(r, in_image={"engine": "sglang", "ok": True}, image="reg/img:t"), c)
-    assert out.getvalue() == ("in reg/img:t: sglang ? on : 0 layers asked; each got its declared "
+    shown = _shown(lambda o: views._in_image(
+        replace(r, in_image={"engine": "sglang", "ok": True}, image="reg/img:t"), o.out))
+    assert shown == ("in reg/img:t: sglang ? on : 0 layers asked; each got its declared "
                               "scheme\n")
