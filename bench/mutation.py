@@ -38,9 +38,11 @@ what it measured is recorded as partial), and the modules not run keep their ear
 marked with the commit it was measured on.
 
 Results: bench/results/mutation.json: per module its mutants, killed, survivors with their
-diffs (explained or not), timeouts, score over judged (killed + timeouts over killed +
-timeouts + survived), whether it is below TARGET, and the table of every module; merged with
-earlier runs so that a module run alone keeps the others' record.
+diffs (explained or not), timeouts, its score (killed + timeouts over the mutants judged, that
+is killed + timeouts + survived, less the survivors judged equivalent: no test can tell those
+from the code, so none is a test's to kill; `raw_score` beside it counts them as survivors),
+whether it is below TARGET, and the table of every module; merged with earlier runs so that a
+module run alone keeps the others' record.
 
 A survivor a person has judged is explained in bench/mutation-explained.yaml (by its function
 and its diff, which survive renumbering): `equivalent` (no input tells it from the code) or
@@ -384,10 +386,18 @@ def stale_explanations(records: dict[str, dict], explained: dict[str, dict]) -> 
     return stale
 
 
-def score(counts: dict[str, int]) -> float | None:
-    judged = sum(counts.get(k, 0) for k in JUDGED)
+def score(counts: dict[str, int], equivalent: int = 0) -> float | None:
+    """Killed over judged, the `equivalent` survivors (each explained as such) left out of
+    both: a mutant no input tells from the code is no test's to kill. Harmless ones count as
+    survivors: some test could tell them."""
+    judged = sum(counts.get(k, 0) for k in JUDGED) - equivalent
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
-    return round(killed / judged, 3) if judged else None
+    return round(killed / judged, 3) if judged > 0 else None
+
+
+def _equivalent(rec: dict) -> int:
+    return sum(1 for s in rec.get("survivors", [])
+               if (s.get("explained") or {}).get("kind") == "equivalent")
 
 
 def module_row(module: str, rec: dict | None, run_commit: str, stale: int = 0) -> dict:
@@ -400,7 +410,7 @@ def module_row(module: str, rec: dict | None, run_commit: str, stale: int = 0) -
         return row
     c = rec["counts"]
     kinds = [(s.get("explained") or {}).get("kind") for s in rec.get("survivors", [])]
-    s = score(c)
+    s = score(c, kinds.count("equivalent"))
     row |= {
         "status": "partial" if rec.get("partial") else "measured",
         "commit": rec.get("commit"), "this_run": rec.get("commit") == run_commit,
@@ -409,7 +419,7 @@ def module_row(module: str, rec: dict | None, run_commit: str, stale: int = 0) -
         "harmless": kinds.count("harmless"), "unexplained": kinds.count(None),
         "timeouts": c.get("timeout", 0), "no_tests": c.get("no tests", 0),
         "not_checked": c.get("not checked", 0),
-        "judged": sum(c.get(k, 0) for k in JUDGED), "score": s,
+        "judged": sum(c.get(k, 0) for k in JUDGED), "score": s, "raw_score": score(c),
         "below_target": s is not None and s < TARGET, "stale_explanations": stale,
         "seconds": rec.get("seconds"),
     }
@@ -677,11 +687,13 @@ def finish(doc: dict, planned: list[str], skipped: dict[str, str], start: dict,
     for module, res in doc["modules"].items():
         if "survivors" in res:
             res["unexplained"] = explain(module, res["survivors"], explained)
+            res["score"] = score(res["counts"], _equivalent(res))
     stale = stale_explanations(doc["modules"], explained)
     rows = table(planned, doc["modules"], start["short"], stale)
     mods = [r for r in rows if "mutants" in r]
     killed = sum(r["killed"] + r["timeouts"] for r in mods)
     judged = sum(r["judged"] for r in mods)
+    equivalent = sum(r["equivalent"] for r in mods)
     doc["target"] = TARGET
     doc["skipped"] = skipped
     doc["table"] = rows
@@ -689,7 +701,10 @@ def finish(doc: dict, planned: list[str], skipped: dict[str, str], start: dict,
     doc["not_measured"] = [r["module"] for r in rows if "mutants" not in r]
     doc["stale_explanations"] = stale
     doc["total"] = {"modules": len(planned), "measured": len(mods), "killed": killed,
-                    "judged": judged, "score": round(killed / judged, 3) if judged else None}
+                    "judged": judged, "equivalent": equivalent,
+                    "score": round(killed / (judged - equivalent), 3)
+                    if judged > equivalent else None,
+                    "raw_score": round(killed / judged, 3) if judged else None}
 
 
 def _save(doc: dict) -> None:

@@ -146,6 +146,15 @@ def test_the_table_judges_each_module_against_the_target():
         "killed": 17, "timeout": 1, "survived": 2, "no tests": 40}, "survivors": []}, "abc1234")
     assert (ok["score"], ok["below_target"], ok["this_run"], ok["no_tests"]) == (
         0.9, False, False, 40)
+    # A survivor judged equivalent is no test's to kill: out of the score, not of the raw one;
+    # a harmless one stays a survivor.
+    eq = mutation.module_row("imgbuild/e.py", {"commit": "abc1234", "counts": {
+        "killed": 9, "survived": 2}, "survivors": [
+            {"explained": {"kind": "equivalent"}}, {"explained": {"kind": "harmless"}}]},
+        "abc1234")
+    assert (eq["score"], eq["raw_score"], eq["below_target"], eq["judged"], eq["equivalent"]) == (
+        0.9, 0.818, False, 11, 1)
+    assert mutation.score({"survived": 1}, 1) is None  # nothing left to judge
     assert mutation.module_row("imgbuild/d.py", None, "abc1234")["status"] == "not measured"
     text = mutation.format_table([row, ok])
     assert "BELOW" in text.splitlines()[1] and "BELOW" not in text.splitlines()[2]
@@ -306,3 +315,22 @@ def test_the_import_map_follows_the_helpers_a_test_imports():
     assert "imgbuild/b.py" not in got  # a helper no test imports reaches nothing
     # without the helpers, only what each test file itself imports
     assert "imgbuild/cli/main.py" not in mutation.tests_map_from_imports(sources, tests)
+
+
+def test_the_whole_records_score_leaves_out_the_equivalent_survivors_and_says_how_many():
+    explained = mutation.load_explained(text=EXPLAINED_YAML)
+    doc = {"modules": {
+        "imgbuild/a.py": {"commit": "abc1234", "counts": {"killed": 8, "survived": 2},
+                          "score": 0.8, "survivors": [
+                              {"mutant": "imgbuild.a.x_f__mutmut_3",
+                               "diff": ["-    return x + 1", "+    return x + 2"]},
+                              {"mutant": "imgbuild.a.x_f__mutmut_9",
+                               "diff": ["-    return x + 1", "+    return None"]}]},
+        "imgbuild/b.py": {"commit": "abc1234", "counts": {"killed": 10}, "survivors": []}}}
+    mutation.finish(doc, ["imgbuild/a.py", "imgbuild/b.py", "imgbuild/c.py"], {},
+                    {"short": "abc1234"}, explained)
+    # a.py: its `+ 2` survivor is judged equivalent, the other not judged
+    assert doc["modules"]["imgbuild/a.py"]["score"] == 0.889  # 8 of 9
+    assert doc["total"] == {"modules": 3, "measured": 2, "killed": 18, "judged": 20,
+                            "equivalent": 1, "score": 0.947, "raw_score": 0.9}
+    assert doc["below_target"] == ["imgbuild/a.py"] and doc["not_measured"] == ["imgbuild/c.py"]
