@@ -371,6 +371,74 @@ def test_init_writes_a_project_and_refuses_a_reserved_name(capsys, tmp_path):
 # (tests/test_lock.py, tests/test_outdated.py, tests/test_cli_lock.py). The command's own is
 # which targets it hands on, and an unknown one is refused before any resolution.
 
+def _stage(monkeypatch, module, name: str, result):
+    """The stage a command hands its arguments to, answering `result` and writing down what it
+    was handed (the stage's own decisions are tested with the real index elsewhere)."""
+    handed: list = []
+
+    def stage(*args, **kwargs):
+        handed.append((args, kwargs))
+        return result
+    monkeypatch.setattr(module, name, stage)
+    return handed
+
+
+def test_lock_hands_on_the_targets_and_flags_and_returns_the_reports_code(capsys, monkeypatch):
+    from imgbuild.cli.commands import lock as cmd
+    from imgbuild.errors import EnvError
+    from imgbuild.pipeline.lock import LockEntry, LockReport
+
+    fresh = LockReport(False, (LockEntry("tiny-cpu", "lockfiles/tiny-cpu.lock", True, 12, "h"),))
+    handed = _stage(monkeypatch, cmd, "lock_targets", fresh)
+    code, out, _ = run(capsys, "lock", "tiny-cpu", "--refresh", "--jobs", "2")
+    assert code == 0 and "wrote  tiny-cpu  lockfiles/tiny-cpu.lock  (12 packages)" in out
+    (ws, names), kw = handed[0]
+    assert names == ["tiny-cpu"] and ws.catalog.target("tiny-cpu")
+    assert (kw["check"], kw["refresh"], kw["jobs"]) == (False, True, 2)
+    assert kw["progress"] is not None and hasattr(kw["progress"], "note")
+    # --all: every target of the catalog; --check: stale is exit 1, and the JSON is the report's
+    stale = LockReport(True, (LockEntry("tiny-cpu", "lockfiles/tiny-cpu.lock", stale=True,
+                                        diff=("- six==1.16.0",)),))
+    handed = _stage(monkeypatch, cmd, "lock_targets", stale)
+    code, out, _ = run(capsys, "lock", "--all", "--check", "--json")
+    (ws, names), kw = handed[0]
+    assert names == list(ws.catalog.targets) and kw["check"] is True
+    assert code == 1 and json.loads(out) == stale.to_dict()
+    failed = LockReport(False, (LockEntry("tiny-cpu", "x.lock",
+                                          error=EnvError("uv is not installed")),))
+    _stage(monkeypatch, cmd, "lock_targets", failed)
+    code, _, err = run(capsys, "lock", "tiny-cpu")
+    assert code == 3 and "uv is not installed" in err
+
+
+def test_relock_and_outdated_show_the_stages_result_and_exit_0(capsys, monkeypatch):
+    from imgbuild.ci import outdated as o
+    from imgbuild.cli.commands import outdated as outdated_cmd
+    from imgbuild.cli.commands import relock as relock_cmd
+
+    res = o.RelockResult("tiny-cpu", "lockfiles/tiny-cpu.lock", ("images/tiny-cpu.yaml: x",),
+                         (o.Change("numpy", "2.1.0", "2.1.1"),), True, note="wrote it")
+    handed = _stage(monkeypatch, relock_cmd, "relock", res)
+    code, out, _ = run(capsys, "relock", "tiny-cpu", "--upgrade", "numpy")
+    assert code == 0 and out == "\n".join([*res.diff, "wrote it", ""])
+    (ws, target, upgrade), _ = handed[0]
+    assert (target, upgrade) == ("tiny-cpu", ["numpy"]) and ws.catalog.target("tiny-cpu")
+    code, out, _ = run(capsys, "relock", "tiny-cpu", "--upgrade", "numpy", "--json")
+    assert code == 0 and json.loads(out) == json.loads(json.dumps(res.to_dict()))
+
+    # News is a report, not a failure: exit 0 with a package to upgrade.
+    news = [o.TargetNews("tiny-cpu", "torch", "lockfiles/tiny-cpu.lock", packages=(
+        o.PackageNews("numpy", "dependency", "2.1.0", ("2.1.1",), "available",
+                      available="2.1.1", changes=(o.Change("numpy", "2.1.0", "2.1.1"),)),))]
+    handed = _stage(monkeypatch, outdated_cmd, "outdated", news)
+    code, out, _ = run(capsys, "outdated", "tiny-cpu", "--json")
+    assert code == 0 and json.loads(out) == json.loads(json.dumps(o.to_dict(news)))
+    assert handed[0][1] == {"targets": ["tiny-cpu"]}
+    code, out, _ = run(capsys, "outdated")
+    assert code == 0 and "relock --upgrade numpy==2.1.1:" in out
+    assert handed[1][1] == {"targets": None}  # none named: every target
+
+
 @pytest.mark.parametrize("argv", [["lock", "no-such"], ["relock", "no-such", "--upgrade", "sglang"],
                                   ["outdated", "no-such"], ["check-deps", "no-such"]])
 def test_index_commands_refuse_an_unknown_target_before_resolving(capsys, argv):
