@@ -151,15 +151,22 @@ def safetensors_keys(path: Path) -> list[str]:
     return [k for k in header if k != "__metadata__"]
 
 
+def _index_names(index: Path, err: InputError) -> list[str]:
+    """The tensor names a safetensors index maps. One without its weight_map is refused with
+    `err`: reading none of its names would pass the checkpoint off as one with no modules."""
+    doc, _ = _read_json(index)
+    wm = doc.get("weight_map")
+    if not isinstance(wm, dict):
+        raise err
+    return list(wm)
+
+
 def _tensor_names(d: Path) -> tuple[list[str] | None, str | None]:
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        doc, _ = _read_json(index)
-        wm = doc.get("weight_map")
-        if not isinstance(wm, dict):
-            raise InputError(f"{index}: no weight_map", hint="the index is truncated; "
-                             "download it again")
-        return list(wm), index.name
+        return _index_names(index, InputError(
+            f"{index}: no weight_map", hint="the index is truncated; download it again")), \
+            index.name
     files = sorted(d.glob("*.safetensors"))
     if files:
         names: list[str] = []
@@ -220,16 +227,11 @@ def _load_hub(repo: str, revision: str | None = None) -> Checkpoint:
             names = None
     except Exception:
         names = None
-    else:
-        # An index that is there but damaged is refused, as a local one is: reading none of
-        # its names would pass the checkpoint off as one with no modules.
-        doc, _ = _read_json(idx)
-        wm = doc.get("weight_map")
-        if not isinstance(wm, dict):
-            raise InputError(f"{repo}: model.safetensors.index.json has no weight_map",
-                             facts=[f"read from {idx}"],
-                             hint="the copy in the Hugging Face cache is damaged; delete it "
-                                  "and run the command again")
-        names, src = list(wm), f"{repo}: model.safetensors.index.json"
+    else:  # an index that is there but damaged is refused, as a local one is
+        names = _index_names(idx, InputError(
+            f"{repo}: model.safetensors.index.json has no weight_map", facts=[f"read from {idx}"],
+            hint="the copy in the Hugging Face cache is damaged; delete it and run the command "
+                 "again"))
+        src = f"{repo}: model.safetensors.index.json"
     return Checkpoint.from_tensors(config, names or (), repo, names_from=src, config_text=text)
 
