@@ -260,10 +260,13 @@ def host_platform() -> str:
     return f"linux/{DEBIAN_ARCH.get(cpu, cpu)}"
 
 
-def check_emulation(cpu_arch: str) -> None:
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def check_emulation(cpu_arch: str, binfmt: Path = BINFMT) -> None:
     """A foreign CPU's binaries run here only through QEMU user emulation registered with
     binfmt_misc (the F flag, so that it works inside chroots and containers)."""
-    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{cpu_arch}"
+    entry = binfmt / f"qemu-{cpu_arch}"
     try:
         text = entry.read_text()
     except OSError:
