@@ -16,6 +16,8 @@ from imgbuild.errors import EnvError, InputError, JobFailed
 from imgbuild.image import base, daemon, digests, sizeprobe, sizes
 from imgbuild.image.context import index_flags
 
+from .progress_notes import Notes
+
 ROOTFS = "sha256:" + "1" * 64
 OTHER = "sha256:" + "2" * 64
 
@@ -395,6 +397,10 @@ def test_what_debootstrap_leaves_of_the_machine_and_the_moment_is_cleared(tmp_pa
     assert (root / "etc/hostname").read_text() == "localhost\n"
     assert (root / "etc/resolv.conf").read_text() == ""
     assert (root / "var/log/apt").is_dir()
+    bare = tmp_path / "bare"  # a root without ldconfig's cache, logs or lists: nothing to clear
+    (bare / "etc").mkdir(parents=True)
+    base._normalize(bare)
+    assert sorted(p.name for p in (bare / "etc").iterdir()) == ["hostname", "resolv.conf"]
 
 
 DECLARED = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -450,9 +456,11 @@ def test_debootstrap_is_run_in_that_environment_and_its_failure_said(tmp_path, m
 
 @pytest.fixture()
 def bases(monkeypatch):
-    w = SimpleNamespace(local=None, held=None, pulled=[])
-    monkeypatch.setattr(base.daemon, "local_image", lambda client, ref: w.local)
-    monkeypatch.setattr(base, "manifest_digest", lambda repo, tag: w.held)
+    w = SimpleNamespace(local=None, held=None, pulled=[], asked=[])
+    monkeypatch.setattr(base.daemon, "local_image",
+                        lambda client, ref: w.asked.append(("here?", client, ref)) or w.local)
+    monkeypatch.setattr(base, "manifest_digest",
+                        lambda repo, tag: w.asked.append(("held?", repo.name, tag)) or w.held)
 
     class Images:
         def pull(self, name, tag):
@@ -470,9 +478,19 @@ REC = SimpleNamespace(key="debian-bookworm", image="imgbuild-base:debian-bookwor
 def test_a_base_here_is_used_when_it_is_the_recorded_one(bases):
     bases.local = image(ROOTFS)
     base.ensure_local(bases.client, REC, None)
+    assert bases.asked == [("here?", bases.client, REC.image)]
     bases.local = image(OTHER)
-    with pytest.raises(EnvError, match="on this machine is not the one"):
+    with pytest.raises(EnvError) as e:
         base.ensure_local(bases.client, REC, None)
+    assert e.value.message == (f"base image {REC.image} on this machine is not the one "
+                               "images/bases.yaml records")
+    assert e.value.facts == [f"its filesystem is {OTHER}", f"the recipe records {ROOTFS}",
+                             "content tags name the recorded base, so an image built on this "
+                             "one would carry a tag that says otherwise"]
+    assert e.value.hint == (
+        "`imgbuild base bootstrap --rebuild` makes it again from the recipe; if Debian's mirror "
+        "has moved since it was recorded, `--record` writes the new digest into images/bases.yaml"
+        " (every slim target gets a new content tag)")
 
 
 def test_a_base_not_here_is_pulled_from_the_registry_and_tagged_as_the_recipe_names_it(bases):
@@ -482,6 +500,67 @@ def test_a_base_not_here_is_pulled_from_the_registry_and_tagged_as_the_recipe_na
     base.ensure_local(bases.client, REC, Repository.parse("127.0.0.1:5000/imgbuild"))
     assert bases.pulled == [("127.0.0.1:5000/imgbuild", "base-debian-bookworm-py3.11"),
                             ("tagged", REC.image)]
+    assert bases.asked[1:] == [("held?", "127.0.0.1:5000/imgbuild", "base-debian-bookworm-py3.11")]
+    notes = Notes()
+    base._pull_from(bases.client, REC, Repository.parse("127.0.0.1:5000/imgbuild"), notes)
+    assert notes.said == ["pulled 127.0.0.1:5000/imgbuild:base-debian-bookworm-py3.11 as "
+                          f"{REC.image}"]
+
+
+def test_a_base_pulled_that_is_not_the_recorded_one_is_refused_naming_the_registry(bases,
+                                                                                   monkeypatch):
+    from imgbuild.image.registry import Repository
+
+    bases.held = "sha256:held"
+    other = SimpleNamespace(key=REC.key, image=REC.image, bootstrap={"rootfs": OTHER})
+    with pytest.raises(EnvError) as e:
+        base.ensure_local(bases.client, other, Repository.parse("127.0.0.1:5000/imgbuild"))
+    assert e.value.message == (f"base image {REC.image} in 127.0.0.1:5000/imgbuild is not the "
+                               "one images/bases.yaml records")
+
+
+@pytest.mark.parametrize("machine, cpu, plat", [
+    ("x86_64", "x86_64", "linux/amd64"), ("amd64", "x86_64", "linux/amd64"),
+    ("aarch64", "aarch64", "linux/arm64"), ("arm64", "aarch64", "linux/arm64"),
+    ("riscv64", "riscv64", "linux/riscv64")])
+def test_this_machines_cpu_is_named_as_the_catalog_names_cpus(monkeypatch, machine, cpu, plat):
+    monkeypatch.setattr(base.platform, "machine", lambda: machine)
+    assert (base.host_cpu(), base.host_platform()) == (cpu, plat)
+
+
+def test_bootstrap_hands_on_the_base_for_the_cpu_and_refuses_what_it_cannot_name(monkeypatch):
+    from imgbuild.workspace import Workspace
+
+    from .conftest import ROOT
+
+    ws = Workspace(ROOT / "images", ROOT / "lockfiles")
+    client = object()
+    monkeypatch.setattr(base.daemon, "client", lambda: client)
+    handed = []
+    monkeypatch.setattr(base, "bootstrap", lambda *a, **kw: handed.append((a, kw)) or "made")
+    notes = Notes()
+    assert base.bootstrap_base(ws, "debian-bookworm", progress=notes) == "made"
+    (got_client, got_base), kw = handed[-1]
+    assert got_client is client and got_base == ws.catalog.bases["debian-bookworm"]
+    assert kw == {"registry": None, "rebuild": False, "record": None, "progress": notes}
+    base.bootstrap_base(ws, "debian-bookworm", registry="127.0.0.1:5000/imgbuild",
+                        cpu_arch="aarch64", record=True)
+    (_, got_base), kw = handed[-1]
+    assert got_base == ws.catalog.bases["debian-bookworm"].for_cpu("aarch64")
+    assert got_base.image.endswith("-aarch64")
+    assert kw["registry"].name == "127.0.0.1:5000/imgbuild"
+    assert kw["rebuild"] is True and kw["record"] == ROOT / "images" / "bases.yaml"
+    base.bootstrap_base(ws, "debian-bookworm", rebuild=True)
+    assert handed[-1][1]["rebuild"] is True and handed[-1][1]["record"] is None
+    with pytest.raises(InputError) as e:
+        base.bootstrap_base(ws, "debian-sid")
+    assert e.value.message == "unknown base 'debian-sid'"
+    assert e.value.facts == ["bases: " + ", ".join(sorted(ws.catalog.bases))]
+    with pytest.raises(InputError) as e:
+        base.bootstrap_base(ws, "debian-bookworm", registry="imgbuild")
+    assert (e.value.message, e.value.hint) == (
+        "--registry imgbuild names no registry host", "e.g. --registry 127.0.0.1:5000/imgbuild")
+    assert len(handed) == 3
 
 
 @pytest.mark.parametrize("registry, hint", [
