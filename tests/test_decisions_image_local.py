@@ -52,6 +52,9 @@ def test_a_local_base_other_than_the_recorded_one_is_refused():
 def test_a_bases_registry_tag_is_its_local_tag():
     assert base.registry_tag(SimpleNamespace(image="imgbuild-base:debian-bookworm-py3.11")) == \
         "base-debian-bookworm-py3.11"
+    assert base.registry_tag(SimpleNamespace(
+        image="registry.example:5000/imgbuild-base:debian-bookworm-py3.11")) == \
+        "base-debian-bookworm-py3.11"
 
 
 BASES = """\

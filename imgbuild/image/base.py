@@ -62,8 +62,9 @@ def bootstrap_env(epoch: str, host: Mapping[str, str]) -> dict[str, str]:
 
 
 def registry_tag(base: Base) -> str:
-    """The tag a bootstrapped base gets in a registry repository."""
-    return "base-" + base.image.split(":", 1)[1]
+    """The tag a bootstrapped base gets in a registry repository: its own tag, the part after
+    the last colon (a name with a registry port has another before it)."""
+    return "base-" + base.image.rsplit(":", 1)[1]
 
 
 def rootfs_of(img) -> str | None:
