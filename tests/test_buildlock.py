@@ -25,7 +25,11 @@ with exclusive(sys.argv[1], directory=Path(sys.argv[2]), log=lambda m: None):
 def _hold(key, tmp_path, seconds):
     p = subprocess.Popen([sys.executable, "-c", HOLD, key, str(tmp_path), str(seconds)],
                          stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "held"
+    said = p.stdout.readline().strip()
+    if said != "held":  # reaped here, not left to whoever waits for any child later
+        p.kill()
+        p.wait()
+    assert said == "held"
     return p
 
 
