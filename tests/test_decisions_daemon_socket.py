@@ -140,3 +140,107 @@ def test_a_socket_no_one_answers_is_the_sdks_to_say(tmp_path, monkeypatch):
         "I", (), {"get": staticmethod(lambda name: f"the SDK on {name}")})()})())
     e = daemon.Engine(str(Path(tmp_path) / "nothing.sock"))
     assert e.images.get("x") == "the SDK on x"
+
+
+# --- which Engine is asked on its socket, and which docker client builds ----------------------
+# (moved from tests/test_engine_socket.py, which needs an Engine for the rest: this needs none)
+
+def test_where_the_sdk_would_use_another_engine_it_is_the_sdk(monkeypatch, tmp_path):
+    # A Docker CLI context other than the default, or TLS: the socket is not assumed.
+    for var in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY",
+                "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert daemon.local_socket() == daemon.DEFAULT_SOCKET  # no config at all: the default
+    monkeypatch.setenv("DOCKER_CONTEXT", "elsewhere")
+    assert daemon.local_socket() is None
+    monkeypatch.setenv("DOCKER_CONTEXT", "default")
+    assert daemon.local_socket() == daemon.DEFAULT_SOCKET
+    monkeypatch.delenv("DOCKER_CONTEXT")
+    # the CLI's current context, from the first config that exists: DOCKER_CONFIG's, then
+    # ~/.docker/config.json, then ~/.dockercfg
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".dockercfg").write_text('{"currentContext": "rootless"}')
+    assert daemon.local_socket() is None
+    (tmp_path / "home" / ".docker").mkdir()
+    (tmp_path / "home" / ".docker" / "config.json").write_text('{"auths": {}}')
+    assert daemon.local_socket() == daemon.DEFAULT_SOCKET  # the first one found decides
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    (tmp_path / "config.json").write_text('{"currentContext": "desktop-linux"}')
+    assert daemon.local_socket() is None
+    (tmp_path / "config.json").write_text('{"currentContext": "default"}')
+    assert daemon.local_socket() == daemon.DEFAULT_SOCKET
+    (tmp_path / "config.json").write_text("{not json")  # the SDK takes the default too
+    assert daemon.local_socket() == daemon.DEFAULT_SOCKET
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    assert daemon.local_socket() is None
+    monkeypatch.setenv("DOCKER_HOST", "unix://run/relative.sock")
+    assert daemon.local_socket() is None
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other.sock")
+    assert daemon.local_socket() == "/run/other.sock"
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(tmp_path))
+    assert daemon.local_socket() is None
+    monkeypatch.delenv("DOCKER_CERT_PATH")
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "")  # set at all: the SDK asks for TLS
+    assert daemon.local_socket() is None
+
+
+def test_no_daemon_on_the_socket_is_the_sdks_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'none.sock'}")
+    with pytest.raises(daemon.EnvError) as e:
+        daemon.client()
+    assert e.value.message == f"no Docker daemon answers at unix://{tmp_path / 'none.sock'}"
+    assert e.value.hint == daemon.DAEMON_HINT and e.value.facts
+
+
+def _docker(tmp_path: Path, name: str, version: str, buildx: bool) -> str:
+    """A docker client that says its version and answers `buildx version` or not."""
+    p = tmp_path / name
+    p.write_text("#!/bin/sh\n"
+                 f'[ "$1" = version ] && {{ echo "{version}"; exit 0; }}\n'
+                 f'[ "$1 $2" = "buildx version" ] && exit {0 if buildx else 1}\n'
+                 "exit 2\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+@pytest.fixture()
+def clients(monkeypatch):
+    found: list[str] = []
+    monkeypatch.setattr(daemon, "candidates", lambda: found)
+    daemon.cli.cache_clear()
+    yield found
+    daemon.cli.cache_clear()
+
+
+def test_the_client_that_builds_is_20_10_as_it_is_or_a_newer_one_with_buildx(clients, tmp_path):
+    old = _docker(tmp_path, "old", "20.10.24+dfsg1", buildx=False)
+    new = _docker(tmp_path, "new", "26.1.5", buildx=True)
+    bare = _docker(tmp_path, "bare", "29.0.1", buildx=False)
+    silent = _docker(tmp_path, "silent", "", buildx=False)  # runs, but says no version
+    clients[:] = [silent, bare, new, old]
+    assert daemon.cli() == daemon.DockerCLI(new, "26.1.5", False)  # hands builds to buildx
+    daemon.cli.cache_clear()
+    clients[:] = [bare, old, new]
+    assert daemon.cli() == daemon.DockerCLI(old, "20.10.24+dfsg1", True)  # BuildKit built in
+    daemon.cli.cache_clear()
+    # 23.0 handed builds to buildx: a 23 client without the plugin cannot build either
+    v23 = _docker(tmp_path, "v23", "23.0.6", buildx=False)
+    clients[:] = [v23, bare, silent]
+    with pytest.raises(daemon.EnvError) as e:
+        daemon.cli()
+    assert e.value.message == "no docker client that can run BuildKit builds"
+    assert e.value.facts == [f"{v23} (client 23.0.6: needs the buildx plugin, which is missing)",
+                             f"{bare} (client 29.0.1: needs the buildx plugin, which is missing)",
+                             f"{silent} (client ?: needs the buildx plugin, which is missing)"]
+    assert "docker.io" in e.value.hint and "IMGBUILD_DOCKER=" in e.value.hint
+    daemon.cli.cache_clear()
+    clients[:] = []
+    with pytest.raises(daemon.EnvError) as e:
+        daemon.cli()
+    assert e.value.facts == ["no docker client found on PATH"]
+
+
+def test_a_client_version_is_its_first_line_and_none_when_it_does_not_run(tmp_path):
+    assert daemon.client_version(_docker(tmp_path, "d", "27.3.1", buildx=True)) == "27.3.1"
+    assert daemon.client_version(str(tmp_path / "missing")) is None

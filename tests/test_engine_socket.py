@@ -55,27 +55,4 @@ def test_the_local_socket_answers_as_the_sdk(docker_client, one_file_image):
     assert [i.id for i in client.images.list(name=repo)] == [img.id]
 
 
-def test_where_the_sdk_would_use_another_engine_it_is_the_sdk(docker_client, monkeypatch,
-                                                              tmp_path):
-    # A Docker CLI context other than the default, or TLS: the socket is not assumed.
-    monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setenv("DOCKER_CONTEXT", "elsewhere")
-    assert daemon.local_socket() is None
-    monkeypatch.delenv("DOCKER_CONTEXT")
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    (tmp_path / "config.json").write_text('{"currentContext": "desktop-linux"}')
-    assert daemon.local_socket() is None
-    (tmp_path / "config.json").write_text('{"auths": {}}')
-    assert daemon.local_socket() == daemon.DEFAULT_SOCKET
-    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
-    assert daemon.local_socket() is None
-    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other.sock")
-    assert daemon.local_socket() == "/run/other.sock"
-    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
-    assert daemon.local_socket() is None
-
-
-def test_no_daemon_on_the_socket_is_the_sdks_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'none.sock'}")
-    with pytest.raises(daemon.EnvError, match="no Docker daemon answers at unix://"):
-        daemon.client()
+# Which socket is asked, and no daemon on it: tests/test_decisions_daemon_socket.py (no Engine).
