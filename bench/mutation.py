@@ -548,6 +548,22 @@ def group_plan(order: list[str], plan: dict[str, list[str]], cap: int = 12) -> l
     return groups
 
 
+def together(order: list[str], plan: dict[str, list[str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """`--together`: every module a test reaches in one mutmut run per marker set, with the
+    union of their tests. A run's fixed cost (collecting which test reaches which function,
+    the clean run: about 8 minutes of the suite here) is paid once, not per group; mutmut
+    still runs each mutant against only the tests that reach its function, cheapest first,
+    so a run stopped at the budget has measured every module's cheap mutants (partial)."""
+    tested = [m for m in order if plan[m]]
+    union: dict[str, list[str]] = {}
+    for m in tested:
+        marker = DESELECT_FOR.get(m, DESELECT)
+        union[marker] = sorted(set(union.get(marker, [])) | set(plan[m]))
+    by_marker = sorted(tested, key=lambda m: DESELECT_FOR.get(m, DESELECT) != DESELECT)
+    return (by_marker + [m for m in order if not plan[m]],
+            {m: union[DESELECT_FOR.get(m, DESELECT)] if plan[m] else [] for m in order})
+
+
 def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float | None = None,
               max_children: int = 2) -> dict[str, dict]:
     """One mutmut run over modules that share their tests -> module -> its result."""
@@ -647,14 +663,14 @@ def record_module(doc: dict, module: str, res: dict, start: dict,
 def run_plan(doc: dict, order: list[str], plan: dict[str, list[str]], start: dict,
              run_one: Callable[..., dict[str, dict]], explained: dict[str, dict],
              budget_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-             save: Callable[[dict], None] = lambda doc: None) -> dict:
+             save: Callable[[dict], None] = lambda doc: None, cap: int = 12) -> dict:
     """Run the modules in order, those sharing their tests together (group_plan), until the
     budget is spent, between runs; a module with no test reaching it is recorded as such,
     unrun. Returns the run's summary (which ran, which did not: those keep their earlier
     record)."""
     t0 = clock()
     ran, not_run, untested = [], [], []
-    for group in group_plan(order, plan):
+    for group in group_plan(order, plan, cap):
         left = None if budget_s is None else budget_s - (clock() - t0)
         if left is not None and left <= 0:
             not_run.extend(group)
@@ -731,6 +747,9 @@ def main() -> None:
     ap.add_argument("--remap", action="store_true", help="make the test map again")
     ap.add_argument("--plan", action="store_true", help="print the plan in order; run nothing")
     ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--together", action="store_true",
+                    help="one mutmut run for all the modules chosen, with the union of their "
+                         "tests: the run's fixed cost once (see together())")
     args = ap.parse_args()
     doc = json.loads(RECORD.read_text()) if RECORD.exists() else {"modules": {}}
     doc.pop("total", None)
@@ -770,6 +789,10 @@ def main() -> None:
     order = order_plan({m: plan[m] for m in chosen},
                        {m: v["cost"] for m, v in tmap["modules"].items()},
                        {m for m, r in doc["modules"].items() if "counts" in r}, args.last)
+    cap = 12
+    if args.together:
+        order, plan = together(order, plan)
+        cap = len(order)
     if args.plan:
         for m in order:
             print(f"{tmap['modules'].get(m, {}).get('cost', 0):8.1f} {tmap['cost_unit']}  "
@@ -783,7 +806,7 @@ def main() -> None:
                        lambda g, t, c, left: run_group(g, t, c, left, args.max_children),
                        explained, None if args.budget_min is None else args.budget_min * 60,
                        save=lambda d: (finish(d, planned, skipped, start, explained),
-                                       _save(d)))
+                                       _save(d)), cap=cap)
     doc["run"] |= summary | {
         "finished": datetime.now(UTC).isoformat(timespec="seconds")}
     finish(doc, planned, skipped, start, explained)
