@@ -285,12 +285,18 @@ def test_modules_with_the_same_tests_run_together_and_their_mutants_are_told_apa
     assert [len(g) for g in mutation.group_plan(["imgbuild/a.py", "imgbuild/b.py"], plan,
                                                 cap=1)] == [1, 1]
     # --together: one run per marker set, each with the union of its modules' tests
-    order2, plan2 = mutation.together(order, plan)
+    # (a payload module apart: the golden comparisons are left out beside it, not beside others)
+    plan |= {"imgbuild/payload/p.py": ["t3"]}
+    order2, plan2 = mutation.together(order + ["imgbuild/payload/p.py"], plan)
     assert mutation.group_plan(order2, plan2, cap=len(order2)) == [
         ["imgbuild/a.py", "imgbuild/b.py", "imgbuild/f.py", "imgbuild/c.py"],
-        ["imgbuild/image/registry.py"], ["imgbuild/d.py"], ["imgbuild/e.py"]]
+        ["imgbuild/payload/p.py"], ["imgbuild/image/registry.py"], ["imgbuild/d.py"],
+        ["imgbuild/e.py"]]
     assert plan2["imgbuild/a.py"] == plan2["imgbuild/c.py"] == ["t1", "t2"]
     assert plan2["imgbuild/image/registry.py"] == ["t1"] and plan2["imgbuild/d.py"] == []
+    assert "test_golden_tags_from_the_dev_venv" in mutation.k_for(["imgbuild/payload/p.py"])
+    assert "test_golden_tags_from_the_dev_venv" not in mutation.k_for(order2[:4])
+    assert "not plain_install" in mutation.k_for(order2[:4])
     group = ["imgbuild/cli/views/__init__.py", "imgbuild/cli/views/fit.py"]
     assert mutation.module_of_mutant("imgbuild.cli.views.fit.x_fit_table__mutmut_17",
                                      group) == "imgbuild/cli/views/fit.py"
