@@ -135,6 +135,37 @@ def test_a_reload_asks_again_and_the_rest_is_the_sdks(engine):
     assert ("list",) in engine.sdk_calls
 
 
+def test_after_a_reload_the_sdks_image_is_asked_for_again(engine):
+    engine.answers[("GET", "/images/x/json")] = (200, json.dumps(IMAGE).encode())
+    img = engine.images.get("x")
+    engine.answers[("GET", f"/images/{IMAGE['Id']}/json")] = (200, json.dumps(IMAGE).encode())
+    assert img.upper() == "THE SDK'S IMAGE"  # the SDK's Image's own attribute
+    assert img.upper() and engine.sdk_calls.count(("get", IMAGE["Id"])) == 1  # kept
+    img.reload()
+    assert img.upper() == "THE SDK'S IMAGE" and \
+        engine.sdk_calls.count(("get", IMAGE["Id"])) == 2  # asked again after the reload
+
+
+def test_an_object_half_made_says_what_it_lacks_and_never_makes_the_sdk(monkeypatch):
+    # copy, pickle and hasattr look for attributes on an object __init__ has not filled (or
+    # for dunders): each is an AttributeError naming it, never a trip to the SDK (which would
+    # reach for the Engine, or recurse through the attribute it lacks).
+    monkeypatch.setattr(daemon, "sdk_client", lambda: pytest.fail("the SDK was made"))
+    for cls, names in ((daemon.Engine, ("path", "_sdk", "images", "__deepcopy__")),
+                       (daemon._Images, ("_engine", "__len__")),
+                       (daemon._Image, ("_engine", "attrs", "_sdk_image", "__iter__"))):
+        bare = cls.__new__(cls)
+        for name in names:
+            with pytest.raises(AttributeError) as e:
+                getattr(bare, name)
+            assert e.value.args == (name,), (cls, name)
+    engine = daemon.Engine("/nonexistent/docker.sock")
+    assert not hasattr(engine, "__iter__") and not hasattr(engine.images, "__len__")
+    import copy
+
+    assert copy.copy(engine).path == "/nonexistent/docker.sock"
+
+
 def test_a_socket_no_one_answers_is_the_sdks_to_say(tmp_path, monkeypatch):
     monkeypatch.setattr(daemon, "sdk_client", lambda: type("SDK", (), {"images": type(
         "I", (), {"get": staticmethod(lambda name: f"the SDK on {name}")})()})())
