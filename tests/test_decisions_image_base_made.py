@@ -228,5 +228,8 @@ def test_another_cpus_programs_run_only_through_qemu_registered_to_work_in_a_chr
     assert e.value.message == f"this {base.host_cpu()} machine cannot run aarch64 programs"
     assert e.value.facts == [f"{tmp_path / 'qemu-aarch64'}: " + (
         entry.splitlines()[0] if entry else "not registered")]
-    assert "qemu-user-static" in e.value.hint and \
-        "/usr/lib/binfmt.d/qemu-aarch64.conf" in e.value.hint and "make setup" in e.value.hint
+    assert e.value.hint == (
+        "as root: `apt-get install -y qemu-user-static`, then `mount -t binfmt_misc binfmt_misc "
+        "/proc/sys/fs/binfmt_misc` if it is not mounted and register "
+        "/usr/lib/binfmt.d/qemu-aarch64.conf's line into /proc/sys/fs/binfmt_misc/register "
+        "(`make setup` does all of this)")

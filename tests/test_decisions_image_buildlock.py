@@ -33,3 +33,6 @@ def test_the_holder_is_named_while_held_and_forgotten_after(tmp_path, monkeypatc
 def test_the_locks_live_under_imgbuilds_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path))
     assert lock_dir() == tmp_path / "build-locks"
+    monkeypatch.delenv("IMGBUILD_CACHE")  # unset: imgbuild's cache in the user's home
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lock_dir() == tmp_path / "home" / ".cache" / "imgbuild" / "build-locks"

@@ -21,6 +21,8 @@ from imgbuild.image.compression import GZIP, ZSTD
     ("20.10.24+dfsg1", False), ("22.06.2", False), ("22.99", False),
     ("23.0.0", True), ("23.0", True), ("23.0.0-rc.1", True), ("23.0.6+dfsg1", True),
     ("26.1.5+dfsg1", True), ("100.0", True),
+    # what follows the first + is not read: a build suffix that is no valid local version
+    ("20.10.24+dfsg1+b1", False), ("26.1.5+dfsg1+b1", True),
     ("", True), ("dev", True),  # unknown: the Engine says for itself
 ])
 def test_zstd_is_read_from_engine_23_exactly(version, reads):
@@ -119,3 +121,11 @@ def test_an_inflater_reads_every_member_and_refuses_a_stream_cut_short():
     one = zlib.compressobj(wbits=31)
     whole = one.compress(data) + one.flush()
     assert b"".join(c.decompressed([whole], "gzip")) == data
+
+
+def test_an_unknown_compression_is_refused_naming_the_ones_there_are():
+    with pytest.raises(InputError) as e:
+        c.compression("lz4")
+    assert e.value.message == "unknown layer compression 'lz4'"
+    assert e.value.hint == "choose one of: " + ", ".join(c.COMPRESSIONS)
+    assert ", " in e.value.hint and "gzip" in e.value.hint and "zstd" in e.value.hint

@@ -575,6 +575,7 @@ def test_a_base_neither_here_nor_in_the_registry_says_how_to_make_it(bases, regi
     with pytest.raises(EnvError) as e:
         base.ensure_local(bases.client, REC, Repository.parse(registry) if registry else None)
     assert e.value.message == f"base image {REC.image} is not here"
+    assert e.value.facts == ["base 'debian-bookworm' is made by `imgbuild base bootstrap`"]
     assert e.value.hint == hint and bases.pulled == []
 
 

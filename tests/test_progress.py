@@ -176,6 +176,17 @@ def test_a_transfer_counts_from_the_engines_words():
     t.feed({"id": "b", "status": "Pull complete", "progressDetail": {}})
     assert (t.done_bytes, t.total_bytes, t.finished, t.unpacked_bytes) == (150, 150, 2, 150)
     assert len(t.layers) == 3
+    # its summary, as a report gives it: what was unpacked only for a pull, seconds to a tenth
+    t.started -= 12.345
+    got = t.summary()
+    assert {k: v for k, v in got.items() if k not in ("seconds", "rate_bps")} == {
+        "kind": "pull", "ref": "r/x:1", "bytes": 150, "total_bytes": 150, "unpacked_bytes": 150,
+        "layers": 3, "layers_done": 2, "layers_existing": 1}
+    assert round(got["seconds"], 1) == got["seconds"] and 12.3 <= got["seconds"] < 13
+    assert got["seconds"] != int(got["seconds"])
+    push = Transfer("push", "r/x:1")
+    push.feed({"id": "a", "status": "Pushing", "progressDetail": {"current": 5, "total": 9}})
+    assert "unpacked_bytes" not in push.summary() and push.summary()["bytes"] == 5
 
 
 @pytest.mark.docker
