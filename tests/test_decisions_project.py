@@ -331,3 +331,39 @@ def test_the_highest_layer_with_a_check_table_is_read(tmp_path):
     (a / "images" / "checks" / "launch.yaml").write_text("")
     assert ws._table("checks/launch.yaml") == a / "images"
     assert ws._table("no-such.yaml") == ws.base.images  # none: the lowest
+
+
+def test_locking_a_built_in_target_in_a_project_starts_from_the_shipped_lock(tmp_path):
+    p = _project(tmp_path / "p")
+    ws = Workspace.open(env={}, cwd=p)
+    [gpu] = ws.platform_refs("sglang-blackwell")
+    [cpu] = ws.platform_refs("tiny-cpu")
+    assert gpu.builtin and cpu.builtin and not ws.lockfiles.exists()
+    shipped = gpu.lock_path.parent
+    done = ws.adopt_builtin_locks([gpu, cpu])
+    name = gpu.lock_path.name
+    kernels = name.removesuffix(".txt") + ".kernels.json"
+    # the lock and its kernel record (tiny-cpu has none), copied byte for byte, each said
+    assert sorted(f.name for f in ws.lockfiles.iterdir()) == sorted(
+        [name, kernels, cpu.lock_path.name])
+    for f in (name, kernels, cpu.lock_path.name):
+        assert (ws.lockfiles / f).read_bytes() == (shipped / f).read_bytes()
+    assert done == [f"{ws.display(shipped / name)} -> {ws.display(ws.lockfiles / name)}",
+                    f"{ws.display(shipped / kernels)} -> {ws.display(ws.lockfiles / kernels)}",
+                    f"{ws.display(cpu.lock_path)} -> "
+                    f"{ws.display(ws.lockfiles / cpu.lock_path.name)}"]
+    # the project's own now: adopted again, nothing to copy
+    assert not ws.platform_refs("tiny-cpu")[0].builtin
+    assert ws.adopt_builtin_locks(ws.platform_refs("tiny-cpu")) == []
+    # one of its own first does not stop the built-in ones after it
+    later = ws.adopt_builtin_locks([*ws.platform_refs("tiny-cpu"),
+                                    *ws.platform_refs("vllm-blackwell")])
+    assert later and all("vllm-blackwell" in line for line in later)
+
+
+def test_a_project_whose_lockfiles_are_deeper_gets_the_folder_made(tmp_path):
+    # (its parents made too)
+    p = _project(tmp_path / "p", "lockfiles: locks/a/b\n")
+    ws = Workspace.open(env={}, cwd=p)
+    assert ws.adopt_builtin_locks(ws.platform_refs("tiny-cpu"))
+    assert (p / "locks" / "a" / "b").is_dir()
