@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import pytest
 
@@ -110,18 +111,46 @@ def test_targets_are_locked_side_by_side_in_order_and_one_failure_stops_none(ref
     [done] = [n for n in notes if n.startswith("locked ")]
     assert re.fullmatch(rf"locked a \({re.escape(ref.request.uv_platform)}\): 3 packages in "
                         r"\d+\.\d s", done)
+    assert float(done.split(" in ")[1][:-2]) < 60  # how long it took, not a clock's reading
 
 
 def test_a_lock_already_there_is_not_said_to_be_locking_unless_refreshed(ref, monkeypatch,
                                                                          tmp_path):
     (tmp_path / ref.request.filename()).write_text("")
-    notes = []
+    notes, handed = [], []
     monkeypatch.setattr(resolve_mod, "ensure_lock", lambda r, d, w, refresh=False: (
-        type("Lock", (), {"packages": ()})(), False))
+        handed.append((r, d, w, refresh)) or (type("Lock", (), {"packages": ()})(), False)))
     resolve_mod.lock_many([ref.request], tmp_path, note=notes.append)
-    assert notes == []
-    resolve_mod.lock_many([ref.request], tmp_path, refresh=True, jobs=0, note=notes.append)
+    assert notes == [] and handed == [(ref.request, tmp_path, None, False)]
+    resolve_mod.lock_many([ref.request], tmp_path, tmp_path / "wheels", refresh=True, jobs=0,
+                          note=notes.append)
     assert notes == [f"locking tiny-cpu ({ref.request.uv_platform}) with uv ..."]
+    assert handed[-1] == (ref.request, tmp_path, tmp_path / "wheels", True)
+
+
+@pytest.mark.parametrize("jobs, most", [(None, 4), (0, 1), (1, 1), (2, 2)])
+def test_as_many_targets_resolve_at_once_as_jobs_says(ref, monkeypatch, tmp_path, jobs, most):
+    # Each resolution waits until as many run as are allowed (or 5 s): more at once than
+    # `most` is too many threads, fewer would wait out the 5 s and still be seen.
+    from dataclasses import replace
+
+    reqs = [replace(ref.request, target=f"t{i}") for i in range(6)]
+    guard, seen, enough = threading.Lock(), {"now": 0, "most": 0}, threading.Event()
+
+    def ensure(r, lock_dir, wheels, refresh=False):
+        with guard:
+            seen["now"] += 1
+            seen["most"] = max(seen["most"], seen["now"])
+            if seen["now"] >= most:
+                enough.set()
+        enough.wait(5)
+        time.sleep(0.05)  # long enough for one more, were there a thread for it
+        with guard:
+            seen["now"] -= 1
+        return type("Lock", (), {"packages": ()})(), False
+    monkeypatch.setattr(resolve_mod, "ensure_lock", ensure)
+    resolve_mod.lock_many(reqs, tmp_path, **({} if jobs is None else {"jobs": jobs}))
+    assert seen["most"] == most
 
 
 # --- reading a wheel's GPU code: spooled to disk, hashed as read ------------------------------
