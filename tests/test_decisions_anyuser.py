@@ -234,3 +234,79 @@ def test_a_uid_without_a_passwd_entry_fails_the_user_check_and_the_run(tmp_path)
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# --- the same checks in this process (the runs above are the script's, as in the image) -------
+
+@pytest.fixture()
+def here(tmp_path, monkeypatch):
+    """check() as anyuser.py in a folder of the test's, with its caches under tmp_path."""
+    for k, v in _env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    d = tmp_path / "opt"
+    d.mkdir()
+    monkeypatch.setattr(anyuser, "__file__", str(d / "anyuser.py"))
+    return d
+
+
+def test_the_user_check_names_who_runs_or_says_what_to_set(here, monkeypatch):
+    monkeypatch.setattr(anyuser.getpass, "getuser", lambda: "imgbuild")
+    [user] = [c for c in anyuser.check(None) if c["name"] == "user"]
+    assert user == {"name": "user", "status": "pass",
+                    "reason": f"uid {os.getuid()} gid {os.getgid()} groups "
+                              f"{sorted(os.getgroups())}; getpass: imgbuild"}
+
+    def no_entry():
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+    monkeypatch.setattr(anyuser.getpass, "getuser", no_entry)
+    checks = anyuser.check(None)
+    assert checks[0] == {"name": "user", "status": "fail", "reason": (
+        f"getpass.getuser() failed for uid {os.getuid()}: "
+        f"KeyError('getpwuid(): uid not found: {os.getuid()}') (set USER or LOGNAME in the "
+        "image)")}
+    # the caches are still checked, each resolved for that uid
+    assert [c["name"] for c in checks[1:]] == [f"writable:{n}" for n, _v, _d in anyuser.CACHES]
+    assert all(c["status"] == "pass" for c in checks[1:]), checks
+    [inductor] = [c for c in checks if c["name"] == "writable:torchinductor"]
+    assert inductor["reason"] == (f"{Path(tempfile.gettempdir()) / f'torchinductor_{os.getuid()}'}"
+                                  " (TORCHINDUCTOR_CACHE_DIR unset: the default)")
+
+
+@pytest.mark.parametrize("code, stderr, status, reason", [
+    (0, "", "pass", "ran, exit 0"), (1, "GPU0 is busy\n", "pass", "ran, exit 1"),
+    (2, "x\ncannot read facts\n", "fail", "cannot read facts"),
+    (3, "", "fail", "exit 3"), (2, "y" * 400 + "\n", "fail", "y" * 300)])
+def test_the_preflight_runs_beside_it_only_with_its_facts(here, code, stderr, status, reason):
+    assert "preflight" not in [c["name"] for c in anyuser.check(None)]  # neither file
+    (here / "preflight.py").write_text(
+        "import sys\n"
+        "assert sys.argv[1:] == ['--facts', sys.argv[2]] and sys.argv[2].endswith('image.json')\n"
+        f"sys.stderr.write({stderr!r})\nsys.exit({code})\n")
+    assert "preflight" not in [c["name"] for c in anyuser.check(None)]  # no facts: not run
+    (here / "image.json").write_text("{}")
+    [pre] = [c for c in anyuser.check(None) if c["name"] == "preflight"]
+    assert pre == {"name": "preflight", "status": status, "reason": reason}
+    (here / "preflight.py").unlink()
+    assert "preflight" not in [c["name"] for c in anyuser.check(None)]  # facts alone: not run
+
+
+def test_the_engine_is_imported_by_its_module_name(here, monkeypatch, tmp_path):
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "fine.py").write_text("")
+    (mods / "broken.py").write_text("import sys\nprint('noise', file=sys.stderr)\n"
+                                    "raise ImportError('libcuda.so.1: cannot open')\n")
+    (mods / "silent.py").write_text("import os\nos._exit(1)\n")
+    monkeypatch.setenv("PYTHONPATH", str(mods))
+    monkeypatch.setitem(anyuser.ENGINE_MODULE, "a", "fine")
+    monkeypatch.setitem(anyuser.ENGINE_MODULE, "b", "broken")
+    monkeypatch.setitem(anyuser.ENGINE_MODULE, "c", "silent")
+    [ok] = [c for c in anyuser.check("a") if c["name"].startswith("import:")]
+    assert ok["name"] == "import:fine" and ok["status"] == "pass"
+    assert ok["reason"].endswith(" s") and float(ok["reason"][:-2]) < 60
+    [bad] = [c for c in anyuser.check("b") if c["name"].startswith("import:")]
+    assert bad == {"name": "import:broken", "status": "fail",
+                   "reason": "ImportError: libcuda.so.1: cannot open"}
+    [quiet] = [c for c in anyuser.check("c") if c["name"].startswith("import:")]
+    assert quiet == {"name": "import:silent", "status": "fail", "reason": "no output"}
+    assert not [c for c in anyuser.check(None) if c["name"].startswith("import:")]
