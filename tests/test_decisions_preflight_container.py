@@ -189,3 +189,36 @@ def test_the_container_only_check_is_silent_when_all_pass_and_speaks_on_stderr(m
     assert pf._container_main(False) == 0
     out, err = capsys.readouterr()
     assert out == "" and "imgbuild preflight (the container)" in err and "caches" in err
+
+
+# --- the entrypoint's command line --------------------------------------------------------------
+
+def test_the_preflights_help_says_each_option_and_hides_the_debug_one(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as e:
+        pf.main(["--help"])
+    assert e.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert said.startswith("usage: preflight.py [-h] [--facts FACTS] [--model-dir MODEL_DIR] "
+                           "[--json] [--nvidia-smi NVIDIA_SMI] [--container] [--container-only]")
+    for words in (pf.__doc__.split("\n\n")[0].split(),
+                  ["--facts", "FACTS", "the", "image's", "facts", "file", "(default",
+                   "/opt/imgbuild/image.json)"],
+                  "--model-dir MODEL_DIR where the model will be stored (default "
+                  "IMGBUILD_MODEL_DIR, else the Hugging Face cache)".split(),
+                  "--json print a JSON report".split(),
+                  "--nvidia-smi NVIDIA_SMI the nvidia-smi binary to run".split()):
+        assert " ".join(words) in said, words
+    assert "--recording" not in said
+
+
+def test_the_facts_file_is_the_environments_else_the_images(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("IMGBUILD_FACTS", str(tmp_path / "elsewhere.json"))
+    assert pf.main([]) == 2
+    assert capsys.readouterr().err == (f"preflight: no facts file at {tmp_path / 'elsewhere.json'}"
+                                       "; pass --facts PATH\n")
+    monkeypatch.delenv("IMGBUILD_FACTS")
+    if not (pf.Path(pf.FACTS_PATH).exists()):  # not inside an image: the image's path is said
+        assert pf.main([]) == 2
+        assert capsys.readouterr().err == ("preflight: no facts file at /opt/imgbuild/image.json;"
+                                           " pass --facts PATH\n")
