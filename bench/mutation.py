@@ -739,7 +739,8 @@ def finish(doc: dict, planned: list[str], skipped: dict[str, str], start: dict,
             res["score"] = score(res["counts"], _equivalent(res))
     stale = stale_explanations(doc["modules"], explained)
     rows = table(planned, doc["modules"], start["short"], stale)
-    mods = [r for r in rows if "mutants" in r]
+    # A module stopped at the budget before any of its mutants was checked has no measure yet.
+    mods = [r for r in rows if "mutants" in r and r["judged"]]
     killed = sum(r["killed"] + r["timeouts"] for r in mods)
     judged = sum(r["judged"] for r in mods)
     equivalent = sum(r["equivalent"] for r in mods)
@@ -747,7 +748,7 @@ def finish(doc: dict, planned: list[str], skipped: dict[str, str], start: dict,
     doc["skipped"] = skipped
     doc["table"] = rows
     doc["below_target"] = [r["module"] for r in rows if r["below_target"]]
-    doc["not_measured"] = [r["module"] for r in rows if "mutants" not in r]
+    doc["not_measured"] = [r["module"] for r in rows if "mutants" not in r or not r["judged"]]
     doc["stale_explanations"] = stale
     doc["total"] = {"modules": len(planned), "measured": len(mods), "killed": killed,
                     "judged": judged, "equivalent": equivalent,

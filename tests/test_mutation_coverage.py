@@ -339,11 +339,15 @@ def test_the_whole_records_score_leaves_out_the_equivalent_survivors_and_says_ho
                                "diff": ["-    return x + 1", "+    return x + 2"]},
                               {"mutant": "imgbuild.a.x_f__mutmut_9",
                                "diff": ["-    return x + 1", "+    return None"]}]},
-        "imgbuild/b.py": {"commit": "abc1234", "counts": {"killed": 10}, "survivors": []}}}
-    mutation.finish(doc, ["imgbuild/a.py", "imgbuild/b.py", "imgbuild/c.py"], {},
-                    {"short": "abc1234"}, explained)
+        "imgbuild/b.py": {"commit": "abc1234", "counts": {"killed": 10}, "survivors": []},
+        # stopped at the budget before any of its mutants was checked: no measure yet
+        "imgbuild/s.py": {"commit": "abc1234", "partial": True,
+                          "counts": {"not checked": 40}, "survivors": []}}}
+    mutation.finish(doc, ["imgbuild/a.py", "imgbuild/b.py", "imgbuild/c.py", "imgbuild/s.py"],
+                    {}, {"short": "abc1234"}, explained)
     # a.py: its `+ 2` survivor is judged equivalent, the other not judged
     assert doc["modules"]["imgbuild/a.py"]["score"] == 0.889  # 8 of 9
-    assert doc["total"] == {"modules": 3, "measured": 2, "killed": 18, "judged": 20,
+    assert doc["total"] == {"modules": 4, "measured": 2, "killed": 18, "judged": 20,
                             "equivalent": 1, "score": 0.947, "raw_score": 0.9}
-    assert doc["below_target"] == ["imgbuild/a.py"] and doc["not_measured"] == ["imgbuild/c.py"]
+    assert doc["below_target"] == ["imgbuild/a.py"]
+    assert doc["not_measured"] == ["imgbuild/c.py", "imgbuild/s.py"]
