@@ -243,6 +243,9 @@ def here(tmp_path, monkeypatch):
     """check() as anyuser.py in a folder of the test's, with its caches under tmp_path."""
     for k, v in _env(tmp_path).items():
         monkeypatch.setenv(k, v)
+    for _n, var, _d in anyuser.CACHES:  # set by something else in this process (torch's own)
+        if var not in ("HOME", "TMPDIR"):
+            monkeypatch.delenv(var, raising=False)
     d = tmp_path / "opt"
     d.mkdir()
     monkeypatch.setattr(anyuser, "__file__", str(d / "anyuser.py"))
