@@ -215,8 +215,8 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
         cmd += [recipe["suite"], str(root), recipe.get("mirror", "http://deb.debian.org/debian")]
         progress.note(f"debootstrap {recipe['suite']} ({recipe.get('variant', 'minbase')}, "
                       f"+{','.join(recipe.get('include', []))}, {base.debian_arch}) ...")
-        env = bootstrap_env(epoch, os.environ)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env=bootstrap_env(epoch, os.environ))
         if proc.returncode != 0:
             raise JobFailed("debootstrap failed",
                             log_tail=(proc.stdout + proc.stderr).splitlines()[-20:],
@@ -224,9 +224,7 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
         _normalize(root)
         if foreign:
             return _load_foreign(client, base, root, epoch, Path(td))
-        tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
-                                "--numeric-owner", "--format=gnu", "-c", "."],
-                               stdout=subprocess.PIPE, env=env)
+        tar = _tar(root, epoch)
         imp = subprocess.Popen(daemon.cli_command(["import", "--change", 'CMD ["/bin/bash"]',
                                                    "-", base.image]),
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -248,6 +246,14 @@ def _debootstrap_import(client, base: Base, progress: Progress) -> tuple[object,
         raise JobFailed(f"docker import stored {rootfs_of(img)}, not the tar it was given "
                         f"({rootfs})", hint="report this: the Engine changed the layer")
     return img, rootfs
+
+
+def _tar(root: Path, epoch: str) -> subprocess.Popen:
+    """The base's one layer, streamed on stdout: the root tarred reproducibly (names sorted,
+    every mtime the recipe's epoch, owners by number), in the declared environment."""
+    return subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
+                             "--numeric-owner", "--format=gnu", "-c", "."],
+                            stdout=subprocess.PIPE, env=bootstrap_env(epoch, os.environ))
 
 
 def host_cpu() -> str:
@@ -290,9 +296,7 @@ def _load_foreign(client, base: Base, root: Path, epoch: str, work: Path) -> tup
     layer = work / "layer.tar"
     h = hashlib.sha256()
     with layer.open("wb") as out:
-        tar = subprocess.Popen(["tar", "-C", str(root), "--sort=name", f"--mtime=@{epoch}",
-                                "--numeric-owner", "--format=gnu", "-c", "."],
-                               stdout=subprocess.PIPE, env=bootstrap_env(epoch, os.environ))
+        tar = _tar(root, epoch)
         assert tar.stdout is not None
         for chunk in iter(lambda: tar.stdout.read(1 << 20), b""):
             h.update(chunk)
