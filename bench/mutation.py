@@ -451,7 +451,7 @@ def module_row(module: str, rec: dict | None, run_commit: str, stale: int = 0) -
         "not_checked": c.get("not checked", 0),
         "judged": sum(c.get(k, 0) for k in JUDGED), "score": s, "raw_score": score(c),
         "below_target": s is not None and s < TARGET, "stale_explanations": stale,
-        "seconds": rec.get("seconds"),
+        "seconds": rec.get("seconds"), "sample": rec.get("sample", 1),
     }
     return row
 
@@ -477,6 +477,7 @@ def format_table(rows: list[dict]) -> str:
             f"{r['equivalent']:3} {r['harmless']:4} {r['unexplained']:6} {r['timeouts']:3} "
             f"{r['no_tests']:6} {sc:>6}  {flag:5}  {r['commit'] or '':7} {r['seconds'] or ''}"
             + ("  (partial)" if r["status"] == "partial" else "")
+            + (f"  (1 in {r['sample']})" if r.get("sample", 1) > 1 else "")
             + ("" if r["this_run"] else "  (earlier run)"))
     return "\n".join(lines)
 
@@ -597,9 +598,27 @@ def together(order: list[str], plan: dict[str, list[str]]) -> tuple[list[str], d
             {m: union[kind(m)] if plan[m] else [] for m in order})
 
 
+# One mutant in k of each function, by the last digit of its number (mutmut numbers a
+# function's mutants 1, 2, ...): every function with a mutant has its first one in the sample,
+# and the rest spread evenly over its body, not bunched at its start.
+SAMPLE_DIGITS = {2: "13579", 5: "16", 10: "1"}
+
+
+def sample_globs(k: int) -> list[str]:
+    """`--sample k` -> the mutant names `mutmut run` is given (fnmatch globs); [] for all."""
+    if k == 1:
+        return []
+    if k not in SAMPLE_DIGITS:
+        raise SystemExit(f"--sample takes 1, {', '.join(map(str, SAMPLE_DIGITS))}; not {k}")
+    digits = SAMPLE_DIGITS[k]
+    return [f"*__mutmut_*{digits if len(digits) == 1 else '[' + digits + ']'}"]
+
+
 def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float | None = None,
-              max_children: int = 2) -> dict[str, dict]:
-    """One mutmut run over modules that share their tests -> module -> its result."""
+              max_children: int = 2, sample: int = 1) -> dict[str, dict]:
+    """One mutmut run over modules that share their tests -> module -> its result. With
+    `sample` k > 1 only one mutant in k of each function runs (sample_globs); the others stay
+    "not checked", and the module's record says it was sampled."""
     with tempfile.TemporaryDirectory(prefix="mutation-") as d:
         tree = Path(d)
         _archive(commit, tree)
@@ -621,7 +640,8 @@ def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float 
         (tree / "mutants" / ".venv").symlink_to(ROOT / ".venv")
         subprocess.run(["git", "init", "-q"], cwd=tree / "mutants", check=True)
         start = time.monotonic()
-        p = subprocess.Popen([MUTMUT, "run", "--max-children", str(max_children)], cwd=tree,
+        p = subprocess.Popen([MUTMUT, "run", "--max-children", str(max_children),
+                              *sample_globs(sample)], cwd=tree,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
         partial = False
@@ -640,7 +660,8 @@ def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float 
             out = out or ""
         seconds = round(time.monotonic() - start, 1)
         shared = {"tests": tests, "seconds": seconds} | (
-            {"run_with": len(modules)} if len(modules) > 1 else {})
+            {"run_with": len(modules)} if len(modules) > 1 else {}) | (
+            {"sample": sample} if sample > 1 else {})
         if p.returncode != 0 and not partial:
             return {m: shared | {"status": "error", "error": out[-2000:]} for m in modules}
         r = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=tree,
@@ -781,10 +802,14 @@ def main() -> None:
     ap.add_argument("--remap", action="store_true", help="make the test map again")
     ap.add_argument("--plan", action="store_true", help="print the plan in order; run nothing")
     ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--sample", type=int, default=1, metavar="K",
+                    help="run one mutant in K (2, 5 or 10) of each function: for modules whose "
+                         "functions most tests reach, where every mutant would take hours")
     ap.add_argument("--together", action="store_true",
                     help="one mutmut run for all the modules chosen, with the union of their "
                          "tests: the run's fixed cost once (see together())")
     args = ap.parse_args()
+    sample_globs(args.sample)  # a wrong K stops here, before minutes of work
     doc = json.loads(RECORD.read_text()) if RECORD.exists() else {"modules": {}}
     doc.pop("total", None)
     explained = load_explained()  # a malformed file stops here, before minutes of mutants
@@ -834,10 +859,11 @@ def main() -> None:
         print(f"skipped: {skipped}")
         return
     # The run's commit is in the record from the first module on (a run killed midway says so).
-    doc["run"] = start | {"finished": None, "budget_min": args.budget_min,
+    doc["run"] = start | {"finished": None, "budget_min": args.budget_min, "sample": args.sample,
                           "tests_map": tmap["how"], "tests_map_commit": tmap["commit"]}
     summary = run_plan(doc, order, plan, start,
-                       lambda g, t, c, left: run_group(g, t, c, left, args.max_children),
+                       lambda g, t, c, left: run_group(g, t, c, left, args.max_children,
+                                                       args.sample),
                        explained, None if args.budget_min is None else args.budget_min * 60,
                        save=lambda d: (finish(d, planned, skipped, start, explained),
                                        _save(d)), cap=cap)

@@ -351,3 +351,30 @@ def test_the_whole_records_score_leaves_out_the_equivalent_survivors_and_says_ho
                             "equivalent": 1, "score": 0.947, "raw_score": 0.9}
     assert doc["below_target"] == ["imgbuild/a.py"]
     assert doc["not_measured"] == ["imgbuild/c.py", "imgbuild/s.py"]
+
+
+def test_a_sample_keeps_each_functions_first_mutant_and_one_in_k_of_the_rest():
+    import fnmatch
+
+    names = [f"imgbuild.a.x_f__mutmut_{n}" for n in range(1, 41)] + [
+        "imgbuild.a.xǁCǁm__mutmut_1", "imgbuild.a.xǁCǁm__mutmut_2"]
+    for k in (2, 5, 10):
+        globs = mutation.sample_globs(k)
+        picked = [n for n in names if any(fnmatch.fnmatch(n, g) for g in globs)]
+        # The method with two mutants keeps its first; f keeps 40 / k, spread over its body.
+        assert "imgbuild.a.xǁCǁm__mutmut_1" in picked
+        assert "imgbuild.a.xǁCǁm__mutmut_2" not in picked
+        f = [int(n.rsplit("_", 1)[1]) for n in picked if ".x_f__" in n]
+        assert len(f) == 40 // k and f[0] == 1 and f[-1] > 40 - k
+    assert mutation.sample_globs(1) == []
+    with pytest.raises(SystemExit, match="--sample takes 1, 2, 5, 10; not 3"):
+        mutation.sample_globs(3)
+
+
+def test_a_sampled_module_says_so_in_its_row():
+    rec = {"counts": {"killed": 9, "survived": 1, "not checked": 40}, "sample": 5,
+           "commit": "abc1234", "seconds": 1.0}
+    row = mutation.module_row("imgbuild/a.py", rec, "abc1234")
+    assert row["sample"] == 5 and row["judged"] == 10 and row["score"] == 0.9
+    assert "(1 in 5)" in mutation.format_table([row])
+    assert mutation.module_row("imgbuild/a.py", rec | {"sample": 1}, "abc1234")["sample"] == 1
