@@ -10,7 +10,10 @@ tests/test_sign_interop.py."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,14 +23,21 @@ from imgbuild.image import cosign, keyless, registry, signstore
 DIGEST = "sha256:" + "d" * 64
 
 
+def _ours(repo) -> None:
+    # Every call names the repository it is about: one that lost it (None, another) fails.
+    assert repo is not None and repo.name == "127.0.0.1:5000/acme", repo
+
+
 @pytest.fixture()
 def held(monkeypatch):
     h = {"manifests": {}, "blobs": {}, "put": []}
-    monkeypatch.setattr(registry, "get_manifest", lambda repo, tag: h["manifests"].get(tag))
-    monkeypatch.setattr(registry, "get_blob", lambda repo, d: h["blobs"][d])
-    monkeypatch.setattr(registry, "put_blob", lambda repo, blob: h["put"].append(("blob", blob)))
-    monkeypatch.setattr(registry, "expect", lambda r, ok, repo, what: h["put"].append(
-        ("expect", r, ok, what)))
+    monkeypatch.setattr(registry, "get_manifest",
+                        lambda repo, tag: _ours(repo) or h["manifests"].get(tag))
+    monkeypatch.setattr(registry, "get_blob", lambda repo, d: _ours(repo) or h["blobs"][d])
+    monkeypatch.setattr(registry, "put_blob",
+                        lambda repo, blob: _ours(repo) or h["put"].append(("blob", blob)))
+    monkeypatch.setattr(registry, "expect", lambda r, ok, repo, what: _ours(repo) or h[
+        "put"].append(("expect", r, ok, what)))
     return h
 
 
@@ -91,6 +101,128 @@ def test_the_keyless_signer_is_the_last_signature_naming_this_image(held, monkey
     held["manifests"][cosign.sig_tag(DIGEST)] = ("sha256:m", {"layers": [d for d, _ in sigs]})
     held["blobs"] = {d["digest"]: p for d, p in sigs}
     held["blobs"][f"sha256:{5:064x}"] = b"not json"
-    held["manifests"][cosign.sig_tag(DIGEST)][1]["layers"].append(_layer(5, who="unreadable"))
+    # an unreadable payload between two signatures is passed over, not the end of the reading
+    held["manifests"][cosign.sig_tag(DIGEST)][1]["layers"].insert(1, _layer(5, who="unreadable"))
     assert signstore.keyless_identity(REPO, DIGEST) == "re-signer"
     assert signstore.keyless_identity(REPO, "sha256:" + "f" * 64) is None
+
+
+def test_a_layer_of_size_zero_or_none_is_read_with_its_media_type(held):
+    held["manifests"]["t.sig"] = ("sha256:m", {"layers": [
+        _layer(1, size=0), {"mediaType": "application/x-odd", "digest": f"sha256:{2:064x}"}]})
+    held["blobs"] = {f"sha256:{1:064x}": b"", f"sha256:{2:064x}": b"two"}
+    got = signstore.fetch_layers(REPO, "t.sig")
+    assert [(la.media_type, la.blob) for la in got] == [
+        ("application/vnd.dev.cosign.simplesigning.v1+json", b""), ("application/x-odd", b"two")]
+
+
+# --- signing, against a registry held in memory --------------------------------------------------
+
+class Memory:
+    """The registry's side of signing, in memory: blobs by digest, manifests by tag (as
+    registry.get_manifest hands them), and the order things went up. Every call must name
+    the repository it is about."""
+
+    def __init__(self, monkeypatch):
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[str, dict] = {}
+        self.order: list[str] = []
+        self.repo = SimpleNamespace(name="127.0.0.1:5000/acme", path="/v2/acme",
+                                    scope=lambda *a: "scope",
+                                    api=SimpleNamespace(request=self._request))
+        monkeypatch.setattr(registry, "get_manifest", lambda repo, tag: self._mine(repo) or (
+            ("sha256:m", self.manifests[tag]) if tag in self.manifests else None))
+        monkeypatch.setattr(registry, "get_blob", lambda repo, d: self._mine(repo) or
+                            self.blobs[d])
+        monkeypatch.setattr(registry, "put_blob", self._put_blob)
+        monkeypatch.setattr(registry, "expect", lambda r, ok, repo, what: self._mine(repo) or
+                            (r in ok or pytest.fail(f"{what}: {r}")))
+
+    def _mine(self, repo) -> None:
+        assert repo is self.repo, repo
+
+    def _put_blob(self, repo, blob: bytes) -> str:
+        self._mine(repo)
+        d = "sha256:" + hashlib.sha256(blob).hexdigest()
+        self.blobs[d] = blob
+        return d
+
+    def _request(self, method, url, **kw):
+        assert method == "PUT" and url.startswith("/v2/acme/manifests/"), (method, url)
+        doc = json.loads(kw["data"])
+        missing = [d["digest"] for d in [doc["config"], *doc["layers"]]
+                   if d["digest"] not in self.blobs]
+        assert not missing, f"the manifest names blobs not there yet: {missing}"
+        tag = url.rsplit("/", 1)[1]
+        self.manifests[tag] = doc
+        self.order.append(tag)
+        return 201
+
+
+@pytest.fixture(scope="module")
+def keys() -> tuple[cosign.SigningKey, cosign.SigningKey]:
+    d = Path(__file__).parent / "fixtures" / "cosign"
+    return tuple(cosign.load_private_key((d / f"{n}.key").read_bytes(), b"imgbuild-test", n)
+                 for n in ("cosign", "other"))
+
+
+PREDICATES = {cosign.ATTESTATION_TYPES["cyclonedx"]: {"bomFormat": "CycloneDX"}}
+
+
+def test_signing_attests_first_signs_last_and_names_this_repository(monkeypatch, keys):
+    mine, _ = keys
+    m = Memory(monkeypatch)
+    assert signstore.sign(m.repo, DIGEST, mine, PREDICATES) == [cosign.sig_tag(DIGEST),
+                                                                 cosign.att_tag(DIGEST)]
+    assert m.order == [cosign.att_tag(DIGEST), cosign.sig_tag(DIGEST)]
+    sigs = signstore.fetch_layers(m.repo, cosign.sig_tag(DIGEST))
+    atts = signstore.fetch_layers(m.repo, cosign.att_tag(DIGEST))
+    pub = mine.key.public_key()
+    assert cosign.check_signature(DIGEST, sigs, pub)[1]
+    assert cosign.check_attestation(DIGEST, atts, pub, "cyclonedx")[1]
+    # cosign's payload and the in-toto subject both name the repository signed in.
+    [sig] = sigs
+    assert json.loads(sig.blob)["critical"]["identity"]["docker-reference"] == m.repo.name
+    envelope = json.loads(atts[0].blob)
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    assert stmt["subject"] == [{"name": m.repo.name, "digest": {"sha256": "d" * 64}}]
+
+
+def test_a_second_signing_writes_nothing_and_another_signer_is_kept(monkeypatch, keys):
+    mine, theirs = keys
+    m = Memory(monkeypatch)
+    signstore.sign(m.repo, DIGEST, theirs, PREDICATES)
+    m.order.clear()
+    assert signstore.sign(m.repo, DIGEST, mine, PREDICATES) == [cosign.sig_tag(DIGEST),
+                                                                 cosign.att_tag(DIGEST)]
+    assert len(signstore.fetch_layers(m.repo, cosign.sig_tag(DIGEST))) == 2
+    assert len(signstore.fetch_layers(m.repo, cosign.att_tag(DIGEST))) == 2
+    m.order.clear()
+    assert signstore.sign(m.repo, DIGEST, mine, PREDICATES) == [] and m.order == []
+    # Signed before without attestations: the second run adds only what is missing.
+    m2 = Memory(monkeypatch)
+    signstore.sign(m2.repo, DIGEST, mine, {})
+    assert m2.order == [cosign.sig_tag(DIGEST)]
+    assert signstore.sign(m2.repo, DIGEST, mine, PREDICATES) == [cosign.att_tag(DIGEST)]
+
+
+def test_a_kms_signers_public_key_that_cannot_be_used_stops_before_anything_is_written(
+        monkeypatch):
+    from imgbuild.errors import InputError
+    from imgbuild.image import cosigncli
+
+    signer = cosigncli.Delegated("/usr/bin/cosign", "gcpkms://projects/p/keys/k")
+    monkeypatch.setattr(cosigncli, "public_key_pem",
+                        lambda s: b"no key" if s is signer else pytest.fail(repr(s)))
+    with pytest.raises(cosign.KeyProblem) as why:
+        cosign.load_public_key(b"no key")
+    with pytest.raises(InputError) as e:
+        signstore.kms_public_key(signer)
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "cosign public-key --key gcpkms://projects/p/keys/k gave no usable key",
+        [str(why.value), "nothing was written and no tag was moved"],
+        "check the KMS key reference")
+    pem = (Path(__file__).parent / "fixtures" / "cosign" / "cosign.pub").read_bytes()
+    monkeypatch.setattr(cosigncli, "public_key_pem", lambda s: pem)
+    key, got = signstore.kms_public_key(signer)
+    assert got == pem and cosign.public_pem(key) == pem
