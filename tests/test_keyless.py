@@ -321,3 +321,112 @@ def test_cosign_line_and_cluster_policy_say_the_same():
     assert a["ctlog"] == {"trustRootRef": name} and "insecureIgnoreSCT" not in a["keyless"]
     assert "--insecure-ignore" not in cosign.cosign_commands(replace(p, tlog=True, sct=True),
                                                             None, "r")[0]
+
+
+# --- the verdicts, word for word ----------------------------------------------------------------
+
+def test_a_keyless_signature_verdict_names_each_layer_found_and_the_good_one_wins(standin,
+                                                                                  standin_root):
+    pol = policy(GHA_SUBJECT)
+    good = signed_layer(standin)
+    theirs = signed_layer(standin, subject="https://github.com/mallory/x/.github/workflows/"
+                                           "ci.yml@refs/heads/main")
+    why_theirs = keyless.examine(keyless.Evidence(theirs.blob, theirs.blob, base64.b64decode(
+        theirs.annotations[cosign.SIG_ANNOTATION]), theirs.annotations),
+        cosign._keyless_want(pol), standin_root, NOW)
+    assert why_theirs
+    found = [cosign.Layer("application/octet-stream", {}, b"x"),
+             cosign.Layer(cosign.SIG_LAYER, {}, b"not json"),
+             # base64 with a stray character: refused as is, not read past it
+             annotated(good, **{cosign.SIG_ANNOTATION: "c2ln*"}),
+             theirs,
+             signed_layer(standin, digest="sha256:" + "ef" * 32)]
+    assert cosign.check_keyless_signature(GHA_DIGEST, found, pol, standin_root, NOW) == (
+        "signature", False,
+        f"no keyless signature by {GHA_SUBJECT} (issuer {GHA_ISSUER}) that stand-in accepts: "
+        "5 found, " + "; ".join(sorted([
+            "a layer of type application/octet-stream",
+            "a payload that is not cosign's simple signing",
+            f"a signature by {GHA_SUBJECT} of another image, sha256:" + "ef" * 32,
+            why_theirs])))
+    assert cosign.check_keyless_signature(GHA_DIGEST, [*found, good], pol, standin_root,
+                                          NOW) == (
+        "signature", True, f"signed by {GHA_SUBJECT} (issuer {GHA_ISSUER}), Fulcio CA and Rekor "
+        "entry checked against stand-in")
+    assert cosign.check_keyless_signature(GHA_DIGEST, [], pol, standin_root, NOW) == (
+        "signature", False, f"none: the registry holds no {cosign.sig_tag(GHA_DIGEST)}")
+
+
+def test_a_keyless_pass_without_the_log_says_the_log_was_not_asked(standin, standin_root):
+    pol = policy(GHA_SUBJECT, tlog=False)
+    layer = annotated(signed_layer(standin), **{keyless.BUNDLE_ANNOTATION: ""})
+    # Without the log's time, the certificate must be valid now: the stand-in's is, for minutes.
+    now = datetime.now(UTC)
+    assert cosign.check_keyless_signature(GHA_DIGEST, [layer], pol, standin_root, now)[2] == (
+        f"signed by {GHA_SUBJECT} (issuer {GHA_ISSUER}), Fulcio CA and Rekor entry checked "
+        "against stand-in (transparency log not asked)")
+    here = [{"name": "r", "digest": {"sha256": GHA_DIGEST.split(":")[1]}}]
+    att = annotated(_keyless_att(standin, {
+        "_type": "https://in-toto.io/Statement/v1", "predicateType": "https://cyclonedx.org/bom",
+        "subject": here, "predicate": {}}), **{keyless.BUNDLE_ANNOTATION: ""})
+    assert cosign.check_keyless_attestation(GHA_DIGEST, [att], pol, standin_root, now,
+                                            "cyclonedx")[1]
+
+
+def _keyless_att(standin: StandIn, stmt: dict, *, payload_type: str = cosign.INTOTO_PAYLOAD,
+                 subject: str = GHA_SUBJECT) -> cosign.Layer:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = standin.leaf(key, subject=subject)
+    body = json.dumps(stmt).encode()
+    sig = key.sign(cosign.pae(cosign.INTOTO_PAYLOAD, body), ec.ECDSA(hashes.SHA256()))
+    env = json.dumps({"payloadType": payload_type, "payload": base64.b64encode(body).decode(),
+                      "signatures": [{"keyid": "", "sig": base64.b64encode(sig).decode()}]})
+    when = int(cert.not_valid_before_utc.timestamp()) + 5
+    return cosign.Layer(cosign.DSSE_LAYER, {
+        cosign.SIG_ANNOTATION: "", keyless.CERT_ANNOTATION: cert_pem(cert),
+        keyless.BUNDLE_ANNOTATION: standin.bundle(intoto(env.encode(), body, cert), when)},
+        env.encode())
+
+
+def test_a_keyless_attestation_verdict_names_each_envelope_found(standin, standin_root):
+    pol = replace(policy(GHA_SUBJECT), attestations=("cyclonedx",))
+    cdx = cosign.ATTESTATION_TYPES["cyclonedx"]
+
+    def stmt(subjects, ptype=cdx):
+        return {"_type": "https://in-toto.io/Statement/v1", "predicateType": ptype,
+                "subject": subjects, "predicate": {}}
+    here = [{"name": "r", "digest": {"sha256": GHA_DIGEST.split(":")[1]}}]
+    other = "https://github.com/mallory/x/.github/workflows/ci.yml@refs/heads/main"
+    theirs = _keyless_att(standin, stmt(here), subject=other)
+    env = json.loads(theirs.blob)
+    why_theirs = keyless.examine(keyless.Evidence(
+        theirs.blob, cosign.pae(cosign.INTOTO_PAYLOAD, base64.b64decode(env["payload"])),
+        base64.b64decode(env["signatures"][0]["sig"]), theirs.annotations),
+        cosign._keyless_want(pol), standin_root, NOW)
+    found = [cosign.Layer(cosign.SIG_LAYER, {}, b"{}"),  # not an envelope: not counted
+             cosign.Layer(cosign.DSSE_LAYER, {}, b"not json"),
+             _keyless_att(standin, stmt(here, "https://slsa.dev/provenance/v1")),
+             _keyless_att(standin, stmt(here), payload_type="text/plain"),
+             theirs,
+             _keyless_att(standin, stmt([{"name": "r", "digest": {"sha256": "ef" * 32}}])),
+             _keyless_att(standin, stmt([{"name": "r"}]))]
+    assert cosign.check_keyless_attestation(GHA_DIGEST, found, pol, standin_root, NOW,
+                                            "cyclonedx") == (
+        "attestation cyclonedx", False,
+        f"no {cdx} statement about this digest signed by {GHA_SUBJECT} (issuer {GHA_ISSUER}): "
+        + "; ".join(sorted([
+            "a cyclonedx envelope of payload type 'text/plain'",
+            "a cyclonedx statement about another image (no subject)",
+            "a cyclonedx statement about another image (sha256:" + "ef" * 32 + ")",
+            "an envelope that is not DSSE over an in-toto statement", why_theirs])))
+    good = _keyless_att(standin, stmt(here))
+    assert cosign.check_keyless_attestation(GHA_DIGEST, [*found, good], pol, standin_root, NOW,
+                                            "cyclonedx")[:2] == ("attestation cyclonedx", True)
+    assert cosign.check_keyless_attestation(GHA_DIGEST, found[:1], pol, standin_root, NOW,
+                                            "cyclonedx")[2] == (
+        f"no {cdx} statement about this digest signed by {GHA_SUBJECT} (issuer {GHA_ISSUER}) "
+        "(none of that type)")
+    assert cosign.check_keyless_attestation(GHA_DIGEST, None, pol, standin_root, NOW,
+                                            "cyclonedx") == (
+        "attestation cyclonedx", False, f"none: the registry holds no "
+        f"{cosign.att_tag(GHA_DIGEST)}")
