@@ -43,6 +43,7 @@ CHAIN_ANNOTATION = "dev.sigstore.cosign/chain"
 BUNDLE_ANNOTATION = "dev.sigstore.cosign/bundle"
 ISSUER_V2 = ObjectIdentifier("1.3.6.1.4.1.57264.1.8")  # DER UTF8String
 ISSUER_V1 = ObjectIdentifier("1.3.6.1.4.1.57264.1.1")  # deprecated: raw bytes
+USERNAME_SAN = ObjectIdentifier("1.3.6.1.4.1.57264.1.7")  # an OtherName SAN: DER UTF8String
 TRUSTED_ROOT_TYPE = "application/vnd.dev.sigstore.trustedroot"
 
 
@@ -192,8 +193,10 @@ def identity(cert: x509.Certificate) -> Identity:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         sans += san.get_values_for_type(x509.UniformResourceIdentifier)
         sans += san.get_values_for_type(x509.RFC822Name)
-        sans += [o.value.decode("utf-8", errors="replace")
-                 for o in san.get_values_for_type(x509.OtherName)]
+        # Fulcio's username identity: an OtherName whose value is a DER UTF8String (cosign
+        # reads it so, UnmarshalOtherNameSAN); the tag and length are not part of the name.
+        sans += [name for o in san.get_values_for_type(x509.OtherName)
+                 if o.type_id == USERNAME_SAN and (name := _der_utf8(o.value)) is not None]
     except x509.ExtensionNotFound:
         pass
     issuer = None
