@@ -6,6 +6,9 @@ each check can be the one that fails; the recorded real signatures are in tests/
 
 from __future__ import annotations
 
+import base64
+import copy
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -165,3 +168,115 @@ def test_the_log_is_asked_for_unless_the_policy_opts_out_and_then_the_time_is_no
                                                 int(nb.timestamp()) + 5))
     logged = keyless.Evidence(ev.blob, ev.signed, sig, logged.annotations)
     assert keyless.examine(logged, WANT, root, late + timedelta(days=365)) is None
+
+
+# --- entry_mismatch: is a Rekor entry about this very signature? --------------------------------
+
+def _b64(b: bytes | str) -> str:
+    return base64.b64encode(b.encode() if isinstance(b, str) else b).decode()
+
+
+@pytest.fixture(scope="module")
+def signed() -> tuple[keyless.Evidence, x509.Certificate, str]:
+    leaf = cert(issuer="Fulcio")
+    ev = evidence(leaf, blob=b"the layer's blob")
+    return ev, leaf, _b64(cert_pem(leaf))
+
+
+def bodies(ev: keyless.Evidence, pem_b64: str) -> dict[str, dict]:
+    """The entry kinds cosign writes, each about `ev`, as Rekor returns their bodies."""
+    h = {"algorithm": "sha256", "value": hashlib.sha256(ev.blob).hexdigest()}
+    sig = _b64(ev.signature)
+    other_sig = _b64(b"someone else's signature")
+    return {
+        "hashedrekord": {"kind": "hashedrekord", "spec": {"data": {"hash": h}, "signature": {
+            "content": sig, "publicKey": {"content": pem_b64}}}},
+        "rekord": {"kind": "rekord", "spec": {"data": {"hash": h}, "signature": {
+            "content": sig, "publicKey": {"content": pem_b64}}}},
+        "intoto 0.0.1": {"kind": "intoto", "spec": {"content": {"hash": h},
+                                                    "publicKey": pem_b64}},
+        # 0.0.2: each signature base64'd once more, with its key; this one is the second
+        "intoto 0.0.2": {"kind": "intoto", "spec": {"content": {"hash": h, "envelope": {
+            "signatures": [{"sig": _b64(other_sig), "publicKey": pem_b64},
+                           {"sig": _b64(sig), "publicKey": "not this one"}]}}}},
+        "dsse": {"kind": "dsse", "spec": {"envelopeHash": h, "signatures": [
+            {"signature": other_sig, "verifier": pem_b64}, {"signature": sig}]}},
+    }
+
+
+def test_each_kind_cosign_writes_is_read(signed):
+    ev, leaf, pem = signed
+    for name, body in bodies(ev, pem).items():
+        assert keyless.entry_mismatch(body, ev, leaf) is None, name
+
+
+def test_an_entry_about_something_else_says_what_differs(signed):
+    ev, leaf, pem = signed
+    want = hashlib.sha256(ev.blob).hexdigest()
+    for name, body in bodies(ev, pem).items():
+        spec = body["spec"]
+        hashed = (spec.get("data") or spec.get("content") or {}).get("hash") \
+            or spec.get("envelopeHash")
+        other = copy.deepcopy(body)
+        h = (other["spec"].get("data") or other["spec"].get("content") or {}).get("hash") \
+            or other["spec"]["envelopeHash"]
+        h["value"] = "f" * 64
+        assert keyless.entry_mismatch(other, ev, leaf) == (
+            f"an entry for other content (sha256 {'f' * 16}..., this layer's is "
+            f"{want[:16]}...)"), name
+        h["value"], h["algorithm"] = hashed["value"], "sha512"
+        assert keyless.entry_mismatch(other, ev, leaf).startswith(
+            f"an entry for other content (sha256 {want[:16]}..."), name
+    b = bodies(ev, pem)
+    b["hashedrekord"]["spec"]["signature"]["content"] = _b64(b"forged")
+    assert keyless.entry_mismatch(b["hashedrekord"], ev, leaf) == "an entry for another signature"
+    stranger = _b64(cert_pem(cert(issuer="Fulcio", key=ec.generate_private_key(ec.SECP256R1()))))
+    b = bodies(ev, stranger)
+    for name in ("rekord", "intoto 0.0.1", "intoto 0.0.2", "dsse"):
+        assert keyless.entry_mismatch(b[name], ev, leaf) == "an entry for another certificate", \
+            name
+
+
+def test_an_entry_of_another_kind_or_without_cosigns_fields_is_named(signed):
+    ev, leaf, pem = signed
+    assert keyless.entry_mismatch({"kind": "alpine", "spec": {}}, ev, leaf) == (
+        "an entry of kind 'alpine', which imgbuild does not read")
+    assert keyless.entry_mismatch({"kind": "hashedrekord", "spec": {"data": {}}}, ev, leaf) == (
+        "a hashedrekord entry without the fields cosign writes")
+    assert keyless.entry_mismatch({"kind": "intoto", "spec": {"content": {
+        "hash": {}, "envelope": {"signatures": []}}}}, ev, leaf) == (
+        "a intoto entry without the fields cosign writes")
+    assert keyless.entry_mismatch({"spec": None}, ev, leaf) == (
+        "an entry of kind None, which imgbuild does not read")
+    assert keyless.entry_mismatch({"kind": "", "spec": {}}, ev, leaf) == (
+        "an entry of kind '', which imgbuild does not read")
+    assert keyless.entry_mismatch({"kind": "dsse", "spec": []}, ev, leaf) == (
+        "a dsse entry without the fields cosign writes")
+
+
+# --- _verify: each kind of key a trust root can hold --------------------------------------------
+
+def test_each_key_kind_verifies_with_the_hash_its_size_calls_for():
+    from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
+
+    data = b"signed entry timestamp"
+    for curve, h in ((ec.SECP256R1(), hashes.SHA256()), (ec.SECP384R1(), hashes.SHA384()),
+                     (ec.SECP521R1(), hashes.SHA512())):
+        k = ec.generate_private_key(curve)
+        sig = k.sign(data, ec.ECDSA(h))
+        assert keyless._verify(k.public_key(), sig, data), curve.name
+        assert not keyless._verify(k.public_key(), sig, data + b"!"), curve.name
+        # An explicit hash is used instead of the curve's.
+        other = k.sign(data, ec.ECDSA(hashes.SHA256()))
+        assert keyless._verify(k.public_key(), other, data, hashes.SHA256()), curve.name
+    ed = ed25519.Ed25519PrivateKey.generate()
+    assert keyless._verify(ed.public_key(), ed.sign(data), data)
+    assert not keyless._verify(ed.public_key(), ed.sign(data), b"other")
+    r = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    assert keyless._verify(r.public_key(), r.sign(data, padding.PKCS1v15(), hashes.SHA256()),
+                           data)
+    assert keyless._verify(r.public_key(), r.sign(data, padding.PKCS1v15(), hashes.SHA384()),
+                           data, hashes.SHA384())
+    assert not keyless._verify(r.public_key(), r.sign(data, padding.PKCS1v15(),
+                                                      hashes.SHA384()), data)
+    assert not keyless._verify(object(), b"sig", data)
