@@ -280,3 +280,36 @@ def test_each_key_kind_verifies_with_the_hash_its_size_calls_for():
     assert not keyless._verify(r.public_key(), r.sign(data, padding.PKCS1v15(),
                                                       hashes.SHA384()), data)
     assert not keyless._verify(object(), b"sig", data)
+
+
+# --- the small parts: windows, CA flags, issuers, a layer's signer --------------------------------
+
+def test_a_window_holds_its_own_ends_and_an_open_end_holds_everything_that_side():
+    a, b = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+    w = keyless.Window(a, b)
+    assert w.holds(a) and w.holds(b)
+    assert not w.holds(a - timedelta(seconds=1)) and not w.holds(b + timedelta(seconds=1))
+    assert keyless.Window(None, b).holds(datetime(1970, 1, 1, tzinfo=UTC))
+    assert keyless.Window(a, None).holds(datetime(2999, 1, 1, tzinfo=UTC))
+    assert str(keyless.Window(None, None)) == "- to -"
+
+
+def test_a_ca_flag_and_an_issuer_are_refused_where_absent_or_wrong():
+    assert not keyless._is_ca(cert())
+    assert keyless._is_ca(cert(x509.BasicConstraints(ca=True, path_length=None)))
+    mine = cert(issuer="Issuer")
+    other = ec.generate_private_key(ec.SECP256R1())
+    assert not keyless._issued_by(mine, cert(issuer="Issuer", key=other, signer=other))
+
+
+def test_who_signed_a_layer_is_none_without_a_certificate():
+    assert keyless.leaf_identity({}) is None
+    assert keyless.leaf_identity({keyless.CERT_ANNOTATION: "not a PEM"}) is None
+    leaf = cert(x509.SubjectAlternativeName([x509.RFC822Name("dev@example.com")]))
+    assert keyless.leaf_identity({keyless.CERT_ANNOTATION: cert_pem(leaf)}).sans == (
+        "dev@example.com",)
+
+
+def test_rekors_signed_payload_is_canonical_json():
+    assert keyless.canonical_set_payload("Ym9keQ==", 1700000000, "c0d2", 7) == (
+        b'{"body":"Ym9keQ==","integratedTime":1700000000,"logID":"c0d2","logIndex":7}')
