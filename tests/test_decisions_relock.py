@@ -1,0 +1,180 @@
+"""What `imgbuild relock` decides before and around uv (ci/outdated.py relock), on a copy of
+the project's own tiny-cpu target: what it hands the resolver (the request, the lock to keep,
+the packages to move, the constraints, the wheel directory, the indexes), which line of the
+spec it edits, what it says, and that a resolution that fails, or a write that fails, leaves
+the spec and the lock as they were. The resolver is scripted here and checks what it is
+given; relock against a real uv and an index that publishes during the test is in
+tests/test_outdated.py."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imgbuild.ci import outdated as od
+from imgbuild.errors import InputError, ResolveError
+from imgbuild.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def ws(tmp_path) -> Workspace:
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
+    (tmp_path / "wheels").mkdir()
+    return Workspace(tmp_path / "images", tmp_path / "lockfiles", tmp_path / "wheels")
+
+
+def _bump(body: str, name: str, version: str) -> str:
+    out, n = re.subn(rf"^{re.escape(name)}==\S+", f"{name}=={version}", body, flags=re.M)
+    assert n == 1, name
+    return out
+
+
+@pytest.fixture()
+def uv(monkeypatch):
+    """The resolver, scripted: what each call was given; what it answers is set per test."""
+    calls: list[dict] = []
+    answer: dict = {"body": None, "error": None}
+
+    def compile_lock(req, **kw):
+        calls.append({"req": req} | kw)
+        if answer["error"] is not None:
+            raise answer["error"]
+        return answer["body"](req, kw["prefer"])
+    monkeypatch.setattr(od, "compile_lock", compile_lock)
+    monkeypatch.setattr(od, "uv_version", lambda: "uv 0.0.0 (scripted)")
+    return calls, answer
+
+
+def test_a_package_the_spec_does_not_pin_moves_by_a_constraint_and_the_spec_stays(ws, uv):
+    calls, answer = uv
+    ref = ws.target("tiny-cpu")
+    lock = ref.lock()
+    old = lock.package("safetensors").version
+    answer["body"] = lambda req, prefer: _bump(prefer, "safetensors", "9.9.9")
+    spec_before = (ws.images / "tiny-cpu.yaml").read_text()
+    res = od.relock(ws, "tiny-cpu", ["safetensors==9.9.9"], index_urls=["http://ix/simple"])
+    [call] = calls
+    assert call["req"] == ref.request
+    assert call["wheels"] == ws.wheels and call["prefer"] == lock.body
+    assert call["upgrade"] == ("safetensors",)
+    assert call["constraints"] == ("safetensors==9.9.9",)
+    assert call["index_urls"] == ("http://ix/simple",)
+    assert (res.target, res.spec_edits, res.written) == ("tiny-cpu", (), True)
+    assert [(c.package, c.old, c.new) for c in res.changes] == [("safetensors", old, "9.9.9")]
+    assert (ws.images / "tiny-cpu.yaml").read_text() == spec_before
+    assert ws.target("tiny-cpu").lock().package("safetensors").version == "9.9.9"
+
+
+def test_an_exact_pin_is_edited_in_the_spec_and_resolved_from_the_edited_requirements(ws, uv):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "compressed-tensors", "0.20.0")
+    res = od.relock(ws, "tiny-cpu", ["compressed-tensors==0.20.0"])
+    [call] = calls
+    assert "compressed-tensors==0.20.0" in call["req"].requirements
+    assert "compressed-tensors==0.19.0" not in call["req"].requirements
+    assert call["constraints"] == () and call["index_urls"] is None
+    assert res.spec_edits == (
+        "images/tiny-cpu.yaml: requirements: compressed-tensors==0.19.0 → "
+        "compressed-tensors==0.20.0",)
+    text = (ws.images / "tiny-cpu.yaml").read_text()
+    assert "  - compressed-tensors==0.20.0\n" in text and "0.19.0" not in text
+    # The lock is written for the edited spec: the next command (a new Workspace, reading
+    # the edited file) finds it current.
+    after = Workspace(ws.images, ws.lockfiles, ws.wheels).target("tiny-cpu")
+    assert after.lock().inputs_hash == after.request.inputs_hash()
+    assert after.lock().package("compressed-tensors").version == "0.20.0"
+
+
+def test_the_engine_moves_in_engine_version(ws, uv):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "transformers", "5.18.0")
+    res = od.relock(ws, "tiny-cpu", ["transformers==5.18.0"])
+    assert res.spec_edits == ("images/tiny-cpu.yaml: engine.version 5.17.0 → 5.18.0",)
+    assert 'version: "5.18.0"' in (ws.images / "tiny-cpu.yaml").read_text()
+
+
+def test_nothing_to_do_writes_nothing_and_says_so(ws, uv):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: prefer
+    lock_path = ws.target("tiny-cpu").lock_path
+    before = lock_path.read_bytes()
+    res = od.relock(ws, "tiny-cpu", ["compressed-tensors==0.19.0", "safetensors"])
+    assert res == od.RelockResult("tiny-cpu", res.lock, (), (), False,
+                                  "nothing to do: the lock already has the newest versions "
+                                  "the target allows")
+    assert lock_path.read_bytes() == before
+    [call] = calls
+    assert call["upgrade"] == ("compressed-tensors", "safetensors")
+
+
+def test_a_resolution_that_fails_names_the_target_and_touches_nothing(ws, uv):
+    calls, answer = uv
+    answer["error"] = ResolveError("uv found no solution", facts=["no solution"])
+    spec = (ws.images / "tiny-cpu.yaml").read_text()
+    lock = ws.target("tiny-cpu").lock_path.read_bytes()
+    with pytest.raises(ResolveError) as e:
+        od.relock(ws, "tiny-cpu", ["compressed-tensors==0.20.0", "safetensors"])
+    assert e.value.message == "tiny-cpu cannot take compressed-tensors==0.20.0, safetensors"
+    assert e.value.hint == "`imgbuild outdated tiny-cpu` shows what each newer release needs"
+    assert (ws.images / "tiny-cpu.yaml").read_text() == spec
+    assert ws.target("tiny-cpu").lock_path.read_bytes() == lock
+
+
+def test_a_write_that_fails_puts_the_spec_back(ws, uv, monkeypatch):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "compressed-tensors", "0.20.0")
+    spec = (ws.images / "tiny-cpu.yaml").read_text()
+
+    def disk_full(*a, **kw):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(od, "write_lock", disk_full)
+    with pytest.raises(OSError):
+        od.relock(ws, "tiny-cpu", ["compressed-tensors==0.20.0"])
+    assert (ws.images / "tiny-cpu.yaml").read_text() == spec
+
+
+def test_a_name_the_lock_does_not_hold_is_refused_before_uv(ws, uv):
+    calls, _ = uv
+    with pytest.raises(InputError) as e:
+        od.relock(ws, "tiny-cpu", ["left-pad==1.0"])
+    assert (e.value.message, e.value.hint) == (
+        "left-pad is not in tiny-cpu's lock", "name a package the lock holds (see lockfiles/)")
+    assert calls == []
+
+
+def test_every_platforms_lock_moves_with_the_first_or_none_does(ws, uv):
+    calls, answer = uv
+    refs = ws.platform_refs("tiny-cpu-multi")
+    arm_lock = refs[1].lock().body
+    # Only the arm64 lock has something to move: relock is not "nothing to do".
+    answer["body"] = lambda req, prefer: (_bump(prefer, "safetensors", "9.9.9")
+                                          if "aarch64" in req.uv_platform else prefer)
+    res = od.relock(ws, "tiny-cpu-multi", ["safetensors"])
+    assert res.written and res.changes == ()  # the first platform's lock is unchanged
+    assert [c["req"].uv_platform for c in calls] == [r.request.uv_platform for r in refs]
+    assert calls[1]["prefer"] == arm_lock and calls[1]["upgrade"] == ("safetensors",)
+    again = Workspace(ws.images, ws.lockfiles, ws.wheels).platform_refs("tiny-cpu-multi")
+    assert again[1].lock().package("safetensors").version == "9.9.9"
+    # A platform that cannot take it: named, and no platform's lock moves.
+    calls.clear()
+    locks = [r.lock_path.read_bytes() for r in again]
+
+    def arm_fails(req, prefer):
+        if "aarch64" in req.uv_platform:
+            raise ResolveError("no solution", facts=[f"fact {i}" for i in range(20)])
+        return _bump(prefer, "safetensors", "9.9.8")
+    answer["body"] = arm_fails
+    answer["error"] = None
+    with pytest.raises(ResolveError) as e:
+        od.relock(ws, "tiny-cpu-multi", ["safetensors"])
+    assert e.value.message == "tiny-cpu-multi cannot take safetensors on linux/arm64"
+    assert e.value.facts == [f"fact {i}" for i in range(8, 20)]  # uv's last 12 lines
+    assert e.value.hint == ("`imgbuild outdated tiny-cpu-multi` shows what each newer release "
+                            "needs")
+    assert [r.lock_path.read_bytes() for r in again] == locks
