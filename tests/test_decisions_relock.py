@@ -178,3 +178,115 @@ def test_every_platforms_lock_moves_with_the_first_or_none_does(ws, uv):
     assert e.value.hint == ("`imgbuild outdated tiny-cpu-multi` shows what each newer release "
                             "needs")
     assert [r.lock_path.read_bytes() for r in again] == locks
+
+
+# --- base_news: is there a newer CUDA base? ------------------------------------------------------
+
+CUDA = "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04"
+# Tags as nvidia/cuda names them (the kinds Docker Hub lists: patch releases, a minor release,
+# other flavors and OS releases beside them).
+TAGS = ["12.9.1-cudnn-devel-ubuntu24.04", "13.0.0-cudnn-devel-ubuntu24.04",
+        "13.1.0-cudnn-devel-ubuntu24.04", "13.0.2-cudnn-devel-ubuntu24.04",
+        "13.0.1-cudnn-devel-ubuntu24.04", "13.0.2-runtime-ubuntu24.04",
+        "13.0.2-cudnn-devel-ubuntu22.04", "latest"]
+
+
+@pytest.fixture()
+def hub(monkeypatch):
+    """The registry's tag list, scripted: asked for nvidia/cuda only, with the timeout given."""
+    asked: list[float] = []
+    answer: dict = {"tags": TAGS}
+
+    def registry_tags(name, *, timeout):
+        assert name == "nvidia/cuda", name
+        asked.append(timeout)
+        if isinstance(answer["tags"], Exception):
+            raise answer["tags"]
+        return answer["tags"]
+    monkeypatch.setattr(od, "registry_tags", registry_tags)
+    return asked, answer
+
+
+def test_newer_patch_and_minor_releases_of_the_same_flavor_are_news(ws, hub):
+    asked, _ = hub
+    assert od.base_news(ws.catalog, CUDA) == od.BaseNews(
+        CUDA, "newer", ("13.0.1-cudnn-devel-ubuntu24.04", "13.0.2-cudnn-devel-ubuntu24.04",
+                        "13.1.0-cudnn-devel-ubuntu24.04"),
+        "2 newer patch release(s) of CUDA 13.0")
+    assert asked == [5]
+    od.base_news(ws.catalog, CUDA + "@sha256:" + "a" * 64, timeout=9)  # pinned: same news
+    assert asked == [5, 9]
+
+
+def test_only_a_newer_cuda_says_it_needs_a_torch_for_it_and_none_is_current(ws, hub):
+    _, answer = hub
+    answer["tags"] = ["13.1.0-cudnn-devel-ubuntu24.04", "14.0.0-cudnn-devel-ubuntu24.04"]
+    b = od.base_news(ws.catalog, "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04")
+    assert (b.status, b.newer, b.note) == (
+        "newer", ("13.1.0-cudnn-devel-ubuntu24.04", "14.0.0-cudnn-devel-ubuntu24.04"),
+        "newer CUDA releases only (a new CUDA also needs a torch built for it)")
+    answer["tags"] = TAGS
+    assert od.base_news(ws.catalog, "nvidia/cuda:13.1.0-cudnn-devel-ubuntu24.04") == \
+        od.BaseNews("nvidia/cuda:13.1.0-cudnn-devel-ubuntu24.04", "current")
+
+
+def test_an_unreachable_registry_is_not_checked_and_says_which(ws, hub):
+    from imgbuild.errors import EnvError
+
+    _, answer = hub
+    answer["tags"] = EnvError("connection refused")
+    assert od.base_news(ws.catalog, CUDA) == od.BaseNews(
+        CUDA, "not checked", note="registry registry-1.docker.io unreachable (connection refused)")
+
+
+def test_what_is_not_a_cuda_tag_is_not_asked_about(ws, hub):
+    asked, _ = hub
+    os_note = "an OS release tag: a newer tag is another OS release, not an update of this one"
+    for image in ("ubuntu:24.04", "ubuntu", "nvidia/cuda", "nvidia/cuda:latest",
+                  "localhost:5000/nvidia/cuda", "ghcr.io/acme/cuda:13.0.0-devel"):
+        b = od.base_news(ws.catalog, image)
+        assert b == od.BaseNews(image, "not checked", note=os_note), image
+    local = ws.catalog.base("debian-bookworm").image
+    assert od.base_news(ws.catalog, local) == od.BaseNews(
+        local, "not checked", note="made on the build machine by `imgbuild base bootstrap` from "
+        "Debian's packages; it is on no upstream registry")
+    assert asked == []
+
+
+def test_tags_are_read_page_after_page_and_a_missing_repository_has_none(monkeypatch):
+    from types import SimpleNamespace
+
+    from imgbuild.errors import EnvError
+
+    pages = {"nvidia/cuda/tags/list?n=1000": (200, ["a", "b"], '</v2/next?last=b>; rel="next"'),
+             "/v2/next?last=b": (200, ["c"], "")}
+    got = []
+
+    def request(method, url, *, scope, timeout):
+        got.append((method, url, scope, timeout))
+        status, tags, link = pages.get(url, (404, None, ""))
+        return SimpleNamespace(status_code=status, json=lambda: {"tags": tags},
+                               headers={"Link": link})
+    repo = SimpleNamespace(host="registry-1.docker.io", path="nvidia/cuda",
+                           scope=lambda *a: "repository:nvidia/cuda:" + ",".join(a),
+                           api=SimpleNamespace(request=request))
+    monkeypatch.setattr(od, "_repository_of", lambda name: repo)
+    assert od.registry_tags("nvidia/cuda", timeout=4) == ["a", "b", "c"]
+    assert got[0] == ("GET", "nvidia/cuda/tags/list?n=1000", "repository:nvidia/cuda:pull",
+                      (4, 30))
+    assert od.registry_tags("nvidia/cuda", max_pages=1) == ["a", "b"]
+    del pages["/v2/next?last=b"]  # the next page gone meanwhile: what was read is kept
+    assert od.registry_tags("nvidia/cuda") == ["a", "b"]
+    pages.clear()
+    assert od.registry_tags("nvidia/cuda") == []
+    pages["nvidia/cuda/tags/list?n=1000"] = (401, None, "")
+    with pytest.raises(EnvError) as e:
+        od.registry_tags("nvidia/cuda")
+    assert e.value.message == "registry registry-1.docker.io answered 401 listing nvidia/cuda"
+
+
+def test_a_name_without_a_host_is_on_docker_hub_and_a_bare_one_in_library():
+    assert (od._repository_of("ubuntu").host, od._repository_of("ubuntu").path) == (
+        "registry-1.docker.io", "library/ubuntu")
+    assert od._repository_of("nvidia/cuda").path == "nvidia/cuda"
+    assert od._repository_of("ghcr.io/acme/x").host == "ghcr.io"
