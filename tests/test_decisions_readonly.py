@@ -243,3 +243,37 @@ def test_the_host_s_launch_keeps_the_read_only_root_and_its_exec_tmpfs():
         a = launch.docker_args()
         assert "--read-only" in a and ("--tmpfs", "/tmp:rw,exec,nosuid,nodev") in set(zip(a, a[1:]))
         assert L.unwritable_dirs(launch) == []
+
+
+def test_the_refusal_word_for_word_for_one_and_for_several_directories():
+    one = _ro(L.with_env(_launch(), (("TRITON_CACHE_DIR", "/opt/triton"),), "--env"))
+    with pytest.raises(InputError) as e:
+        L.refuse_unwritable(one)
+    assert e.value.hint == ("drop --env TRITON_CACHE_DIR, or point TRITON_CACHE_DIR under /tmp "
+                            "with --env; or run without --read-only")
+    # Two: one the image left on a read-only mount, one moved by --env; no tmpfs, no rw mount.
+    two = L.with_env(_launch(volumes=(("/h/ckpt", "/models/m", "ro"),)),
+                     (("HF_HOME", "/models/m/hf"), ("TVM_FFI_CACHE_DIR", "/opt/tvm")), "a profile")
+    two = L.read_only(two, ())
+    bad = [t for t in L.unwritable_dirs(two) if t.env in ("HF_HOME", "TVM_FFI_CACHE_DIR")]
+    with pytest.raises(InputError) as e:
+        L.refuse_unwritable(two, how="in this pod", bad=bad)
+    assert e.value.message == ("cannot run imgbuild-m in this pod: 2 directories the server "
+                               "writes would be read-only")
+    assert e.value.facts == [
+        "TVM_FFI_CACHE_DIR=/opt/tvm (set by a profile) lies on the read-only root",
+        "HF_HOME=/models/m/hf (set by a profile) lies on the read-only mount /models/m",
+        "writable in the container: nothing", "nothing was started"]
+    assert e.value.hint == "point TVM_FFI_CACHE_DIR, HF_HOME under a writable mount"
+    # Given no directories, there is nothing to refuse.
+    L.refuse_unwritable(two, bad=[])
+
+
+def test_a_root_only_reason_is_one_line_of_at_most_300_characters():
+    launch = _ro(_launch(root_only="writes\n   beside " + "x" * 400, target="t"))
+    with pytest.raises(InputError) as e:
+        L.refuse_unwritable(launch, how="read-only")
+    assert e.value.facts == ["target t: smoke.root_only: " + ("writes beside " + "x" * 400)[:300],
+                             "nothing was started"]
+    assert e.value.hint == "run it without --read-only"
+    assert e.value.message.startswith("cannot run imgbuild-m read-only: ")
