@@ -24,23 +24,32 @@ MANIFEST = wire.image_manifest(sha(CONFIG), len(CONFIG),
 DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()
 
 
+SCOPE = "repository:acme:pull,push"
+
+
 class Registry:
-    """HEAD of a blob (held or not, at a size), PUT of a manifest (201, its digest said)."""
+    """HEAD of a blob (held or not, at a size), PUT of a manifest (201, its digest said); each
+    request checked: its scope, and a manifest's media type."""
 
     def __init__(self, blobs: dict[str, int] | None = None, tags: dict[str, str] | None = None,
                  said: str | None = None):
         self.blobs, self.tags, self.said, self.calls = dict(blobs or {}), dict(tags or {}), \
             said, []
+        self.put_status = 201
 
-    def request(self, method, url, **kw):
+    def request(self, method, url, *, scope, data=None, headers=None):
+        assert scope == SCOPE, scope
         self.calls.append((method, url))
         if method == "HEAD":
+            assert url.startswith("/v2/acme/blobs/sha256:") and data is None, url
             digest = url.rsplit("/", 1)[1]
             size = self.blobs.get(digest)
             return SimpleNamespace(status_code=200 if size is not None else 404,
-                                   headers={"Content-Length": str(size or 0)})
-        assert method == "PUT"
-        data = kw["data"]
+                                   headers={"Content-Length": str(size or 0)}, text="")
+        assert method == "PUT" and url.startswith("/v2/acme/manifests/"), (method, url)
+        assert headers == {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+        if self.put_status != 201:
+            return SimpleNamespace(status_code=self.put_status, headers={}, text="not now")
         self.tags[url.rsplit("/", 1)[1]] = "sha256:" + hashlib.sha256(data).hexdigest()
         return SimpleNamespace(status_code=201, headers={
             "Docker-Content-Digest": self.said or self.tags[url.rsplit("/", 1)[1]]})
@@ -50,12 +59,19 @@ class Registry:
 def reg(monkeypatch):
     r = Registry()
     repo = SimpleNamespace(name="127.0.0.1:5000/acme", host="127.0.0.1:5000", path="/v2/acme",
-                           api=r, scope=lambda *a: "scope")
+                           api=r, scope=lambda *a: "repository:acme:" + ",".join(a))
     uploads = []
-    monkeypatch.setattr(wire, "_upload", lambda repo, blobs, scope, body, digest: uploads.append(
-        (digest, b"".join(body))) or (digest, 0))
-    monkeypatch.setattr(registry, "manifest_digest", lambda repo, tag: r.tags.get(tag))
-    monkeypatch.setattr(registry, "expect", lambda resp, ok, repo, what: None)
+
+    def upload(to, blobs, scope, body, digest):
+        assert (to, blobs, scope) == (repo, "/v2/acme/blobs", SCOPE)
+        uploads.append((digest, b"".join(body)))
+        return digest, 0
+
+    def manifest_digest(of, tag):
+        assert of is repo
+        return r.tags.get(tag)
+    monkeypatch.setattr(wire, "_upload", upload)
+    monkeypatch.setattr(registry, "manifest_digest", manifest_digest)
     return SimpleNamespace(repo=repo, api=r, uploads=uploads)
 
 
@@ -124,3 +140,38 @@ def test_a_registry_that_stored_other_bytes_than_were_sent_is_said_so(reg):
         wire.put_manifest(reg.repo, "t", MANIFEST)
     assert e.value.message == f"registry 127.0.0.1:5000 stored the manifest of t as {reg.api.said}"
     assert e.value.facts == [f"imgbuild sent {DIGEST}"]
+
+
+def test_a_config_held_at_another_size_is_sent_and_a_found_layer_must_have_its_size(reg):
+    reg.api.blobs[sha(CONFIG)] = len(CONFIG) + 1
+    wire.checked_put(reg.repo, "t-1", MANIFEST, CONFIG, _facts(), ref="acme:t-1")
+    assert reg.uploads == [(sha(CONFIG), CONFIG)]
+    reg.api.blobs.update({d: n + 1 for d, n in BLOBS})  # held, but not these bytes
+    with pytest.raises(JobFailed) as e:
+        wire.checked_put(reg.repo, "t-2", MANIFEST, CONFIG, _facts("found"), ref="acme:t-2")
+    assert len(e.value.facts) == len(BLOBS)
+    assert e.value.hint == ("no manifest and no tag was written; the Engine's copy of the image "
+                            "does not add up (`docker image inspect` it, rebuild it with "
+                            "--rebuild), or report it with these facts")
+
+
+def test_checked_put_keeps_a_content_tag_where_it_is(reg):
+    assert wire.checked_put(reg.repo, "ct", MANIFEST, CONFIG, _facts(), ref="acme:ct",
+                            immutable=True) == DIGEST
+    other = MANIFEST.replace(b'"schemaVersion"', b' "schemaVersion"')
+    with pytest.raises(wire.TagTaken) as e:
+        wire.checked_put(reg.repo, "ct", other, CONFIG, _facts(), ref="acme:ct",
+                         immutable=True)
+    assert e.value.hint == ("nothing was written; the registry's image stays the one its "
+                            "content tag names")
+    assert e.value.facts == [f"the registry holds {DIGEST}",
+                             "this push made    sha256:" + hashlib.sha256(other).hexdigest()]
+    # Not a content tag: the same call moves it.
+    assert wire.checked_put(reg.repo, "ct", other, CONFIG, _facts(), ref="acme:ct") != DIGEST
+
+
+def test_a_manifest_the_registry_does_not_take_is_named(reg):
+    reg.api.put_status = 202
+    with pytest.raises(JobFailed) as e:
+        wire.put_manifest(reg.repo, "t", MANIFEST)
+    assert e.value.message == "registry 127.0.0.1:5000 answered 202 to the manifest of t"
