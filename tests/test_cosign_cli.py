@@ -254,3 +254,74 @@ def test_cosign_reads_the_registry_credentials_imgbuild_reads():
                                  "--registry-token", "--identity-token")) for a in argv)
     assert os.environ.get("COSIGN_PASSWORD", "") not in " ".join(argv) or \
         not os.environ.get("COSIGN_PASSWORD")
+
+
+# --- word for word ------------------------------------------------------------------------------
+
+INSTALL = ("install cosign 2.x (GitHub Actions: sigstore/cosign-installer with cosign-release "
+           "v2.5.0; Debian trixie: the cosign package) or name it in IMGBUILD_COSIGN")
+SIGSTORE_OWN = ("a keyless or KMS signature is made by Sigstore's own client; imgbuild signs "
+                "only with a key file or env://VAR itself")
+
+
+def test_preflights_refusals_word_for_word(tmp_path, monkeypatch):
+    with pytest.raises(EnvError) as e:
+        cosigncli.preflight("keyless", {"PATH": str(tmp_path / "empty")} | GHA)
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "--sign-key keyless signs through the cosign binary, and there is none",
+        ["no `cosign` on PATH", SIGSTORE_OWN], INSTALL)
+    plain = tmp_path / "not-executable"
+    plain.write_text("")
+    with pytest.raises(EnvError) as e:
+        cosigncli.preflight("awskms:///alias/k", {"IMGBUILD_COSIGN": str(plain)})
+    assert e.value.facts == [f"IMGBUILD_COSIGN={plain} is not an executable file", SIGSTORE_OWN]
+    # An executable directory is no cosign either.
+    assert cosigncli.find({"IMGBUILD_COSIGN": str(tmp_path)}) is None
+    three = fake_cosign(tmp_path, "echo '{\"gitVersion\": \"v3.0.2\"}'", name="cosign3")
+    with pytest.raises(EnvError) as e:
+        cosigncli.preflight("keyless", {"IMGBUILD_COSIGN": str(three)} | GHA)
+    assert (e.value.message, e.value.hint) == (
+        f"{three} cannot sign for imgbuild",
+        "install cosign 2.x (sigstore/cosign-installer: cosign-release v2.5.0), or name one in "
+        "IMGBUILD_COSIGN")
+    assert e.value.facts == ["cosign 3.0.2 writes its signatures as Sigstore bundles (OCI "
+                             "referrers), not the `.sig`/`.att` tags of cosign 2 that imgbuild "
+                             "reads"]
+    assert calls(tmp_path, "cosign3") == [["version", "--json"]]
+    two = fake_cosign(tmp_path, VERSION_2)
+    monkeypatch.setattr(cosigncli, "TOKEN_FILE", str(tmp_path / "no-token"))
+    with pytest.raises(EnvError) as e:
+        cosigncli.preflight("keyless", {"IMGBUILD_COSIGN": str(two)})
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "--sign-key keyless: this job has no OIDC identity cosign can take without a browser",
+        ["no ACTIONS_ID_TOKEN_REQUEST_URL/TOKEN (GitHub Actions), no SIGSTORE_ID_TOKEN, no "
+         f"{tmp_path / 'no-token'}"],
+        "in GitHub Actions give the job `permissions: id-token: write`; elsewhere put the CI's "
+        "OIDC token (audience sigstore) in SIGSTORE_ID_TOKEN, or sign with a key "
+        "(--sign-key cosign.key)")
+    # A token file the CI left is an identity too.
+    (tmp_path / "no-token").write_text("eyJ...")
+    assert cosigncli.preflight("keyless", {"IMGBUILD_COSIGN": str(two)}) == Delegated(
+        str(two), None)
+
+
+def test_cosigns_failure_hint_for_each_signer_and_a_cosign_that_cannot_start(tmp_path):
+    keyless = cosigncli.failed("cosign sign", ["cosign", "sign", REF], 1, "\n  Error: no\n\n",
+                               Delegated("/c", None))
+    assert (keyless.message, keyless.facts, keyless.hint) == (
+        "cosign sign failed: nothing was signed by this run and no tag moved",
+        [f"cosign sign {REF}", "cosign exit status 1", "Error: no"],
+        "keyless signing needs the job's OIDC token (GitHub Actions: `permissions: id-token: "
+        "write`) and Fulcio and Rekor reachable (sigstore.dev); the content tag stays pushed, "
+        "and a rerun signs it")
+    kms = cosigncli.failed("cosign attest", ["c"], 2, "", Delegated("/c", "gcpkms://p/k:v1"))
+    assert kms.hint == ("check that the credentials of gcpkms cosign reads from the environment "
+                        "may sign with that key; the content tag stays pushed, and a rerun "
+                        "signs it")
+    with pytest.raises(EnvError) as e:
+        cosigncli.run([str(tmp_path / "gone"), "version"], "cosign version",
+                      Delegated("/c", None), {})
+    assert e.value.facts[1:] == ["cosign exit status -1",
+                                 "FileNotFoundError: No such file or directory"]
+    assert cosigncli.tail("x" * 10, n=4) == "...xxxx" and cosigncli.tail(" ab \n") == "ab"
+    assert cosigncli.tail("xxxx", n=4) == "xxxx"  # as long as the limit: all of it
