@@ -113,3 +113,60 @@ def test_a_findings_way_out_offers_the_fix_the_fixed_release_and_the_patch():
     assert _way_out(None, t, "do this") == "do this"
     d = Finding("format", "info", "m", ("a fact",), "hint", examples=("e",)).to_dict()
     assert d["facts"] == ["a fact"] and d["examples"] == ["e"]
+
+
+def test_a_root_only_label_gives_its_reason_or_says_there_is_none():
+    from imgbuild.plan.labels import ROOT_ONLY, root_only_reason
+
+    assert root_only_reason(f"{ROOT_ONLY}: Xformers writes beside its modules") == \
+        "Xformers writes beside its modules"
+    assert root_only_reason(f"{ROOT_ONLY}:: : kernels ") == "kernels"
+    assert root_only_reason(ROOT_ONLY) == root_only_reason(f"{ROOT_ONLY}: ") == "no reason given"
+    assert root_only_reason("0:0; any uid with gid 0") is None and root_only_reason(None) is None
+
+
+def test_a_cache_from_that_is_no_registry_image_says_why_and_how():
+    import pytest
+
+    from imgbuild.errors import InputError
+    from imgbuild.image.reference import parse_cache_ref
+
+    how = "give HOST[:PORT]/REPO:TAG, e.g. --cache-from ghcr.io/acme/imgbuild:tiny-cpu"
+    for ref, why in (("ghcr.io/acme/x", "it names no tag"),
+                     ("localhost:5000/acme/x", "it names no tag"),
+                     ("ghcr.io/acme/x:a tag", "'a tag' is not a tag"),
+                     ("acme/x:t", "it names no registry host")):
+        with pytest.raises(InputError) as e:
+            parse_cache_ref(ref)
+        assert (e.value.message, e.value.hint) == (
+            f"--cache-from {ref!r} is not an image in a registry: {why}", how), ref
+    with pytest.raises(InputError) as e:
+        parse_cache_ref("ghcr.io/Acme/x:t")
+    # The name's own reason, without the name's own preamble.
+    assert e.value.message == (
+        "--cache-from 'ghcr.io/Acme/x:t' is not an image in a registry: 'Acme/x' is not a "
+        "repository path (lowercase letters, digits and separators . _ - /, no empty part)")
+    assert parse_cache_ref("localhost:5000/acme/x:t") == ("localhost:5000", "acme/x", "t")
+
+
+def test_a_write_the_machine_refuses_says_what_is_left_and_what_to_do(tmp_path):
+    import pytest
+
+    from imgbuild.fsutil import cannot_write, check_writable, make_writable_dir
+
+    err = cannot_write(tmp_path / "x.lock", OSError(28, "No space left on device"), "the lock")
+    assert (err.message, err.facts, err.hint) == (
+        f"cannot write the lock {tmp_path / 'x.lock'}: No space left on device",
+        [f"{tmp_path / 'x.lock'} is as it was before this command"],
+        "make the directory writable or free space on its disk, then run the command again")
+    assert cannot_write(tmp_path, OSError("x"), "a", scratch=True).facts == [
+        f"{tmp_path} is removed"]
+    make_writable_dir(tmp_path / "a" / "b")
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the probe is gone
+    # The probe is written in the directory itself: /proc/self exists and takes no file, even
+    # for root.
+    with pytest.raises(OSError):
+        make_writable_dir("/proc/self")
+    from imgbuild.errors import EnvError
+    with pytest.raises(EnvError):
+        check_writable("/proc/self", "the cache")
