@@ -170,3 +170,20 @@ def test_a_write_the_machine_refuses_says_what_is_left_and_what_to_do(tmp_path):
     from imgbuild.errors import EnvError
     with pytest.raises(EnvError):
         check_writable("/proc/self", "the cache")
+
+
+def test_the_kernel_scans_spool_lives_in_the_cache_run_after_run(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from imgbuild.lock import kernels
+
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    usage = namedtuple("usage", "total used free")
+    free = {"bytes": 100 << 30}
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, free["bytes"]))
+    spool = str(tmp_path / "cache" / "tmp")
+    assert kernels._spool_dir() == spool
+    assert kernels._spool_dir() == spool  # there already: still the spool
+    free["bytes"] = 4 << 30  # not more than 4 GiB free: the system's temporary directory
+    assert kernels._spool_dir() is None
