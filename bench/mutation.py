@@ -452,6 +452,7 @@ def module_row(module: str, rec: dict | None, run_commit: str, stale: int = 0) -
         "judged": sum(c.get(k, 0) for k in JUDGED), "score": s, "raw_score": score(c),
         "below_target": s is not None and s < TARGET, "stale_explanations": stale,
         "seconds": rec.get("seconds"), "sample": rec.get("sample", 1),
+        "only_tests": rec.get("only_tests") or [],
     }
     return row
 
@@ -478,6 +479,7 @@ def format_table(rows: list[dict]) -> str:
             f"{r['no_tests']:6} {sc:>6}  {flag:5}  {r['commit'] or '':7} {r['seconds'] or ''}"
             + ("  (partial)" if r["status"] == "partial" else "")
             + (f"  (1 in {r['sample']})" if r.get("sample", 1) > 1 else "")
+            + (f"  (tests: {' '.join(r['only_tests'])})" if r.get("only_tests") else "")
             + ("" if r["this_run"] else "  (earlier run)"))
     return "\n".join(lines)
 
@@ -614,8 +616,18 @@ def sample_globs(k: int) -> list[str]:
     return [f"*__mutmut_*{digits if len(digits) == 1 else '[' + digits + ']'}"]
 
 
+def narrowed(plan: dict[str, list[str]], globs: list[str]) -> dict[str, list[str]]:
+    """`--only-tests GLOB`: each module's derived tests, only those whose file matches a glob.
+    For modules that nearly every test reaches (the catalog's), where a run over all of them
+    costs hours: fewer tests can only kill fewer mutants, so the score is a lower bound, and
+    the record names the globs."""
+    return {m: [t for t in tests if any(fnmatch.fnmatch(t, g) for g in globs)]
+            for m, tests in plan.items()}
+
+
 def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float | None = None,
-              max_children: int = 2, sample: int = 1) -> dict[str, dict]:
+              max_children: int = 2, sample: int = 1,
+              only_tests: list[str] | None = None) -> dict[str, dict]:
     """One mutmut run over modules that share their tests -> module -> its result. With
     `sample` k > 1 only one mutant in k of each function runs (sample_globs); the others stay
     "not checked", and the module's record says it was sampled."""
@@ -661,7 +673,8 @@ def run_group(modules: list[str], tests: list[str], commit: str, limit_s: float 
         seconds = round(time.monotonic() - start, 1)
         shared = {"tests": tests, "seconds": seconds} | (
             {"run_with": len(modules)} if len(modules) > 1 else {}) | (
-            {"sample": sample} if sample > 1 else {})
+            {"sample": sample} if sample > 1 else {}) | (
+            {"only_tests": only_tests} if only_tests else {})
         if p.returncode != 0 and not partial:
             return {m: shared | {"status": "error", "error": out[-2000:]} for m in modules}
         r = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=tree,
@@ -805,6 +818,9 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=1, metavar="K",
                     help="run one mutant in K (2, 5 or 10) of each function: for modules whose "
                          "functions most tests reach, where every mutant would take hours")
+    ap.add_argument("--only-tests", action="append", default=[], metavar="GLOB",
+                    help="of each module's derived tests, only the files matching GLOB (a lower "
+                         "bound on its score; the record names the globs)")
     ap.add_argument("--together", action="store_true",
                     help="one mutmut run for all the modules chosen, with the union of their "
                          "tests: the run's fixed cost once (see together())")
@@ -841,6 +857,8 @@ def main() -> None:
               "its tests by file (--remap makes it again)", file=sys.stderr)
         derived = {m: file_level(t, names.__contains__) for m, t in derived.items()}
     plan = test_plan(planned, derived)
+    if args.only_tests:
+        plan = narrowed(plan, args.only_tests)
     chosen = args.modules or planned
     unknown = [m for m in chosen if m not in plan]
     if unknown:
@@ -860,10 +878,11 @@ def main() -> None:
         return
     # The run's commit is in the record from the first module on (a run killed midway says so).
     doc["run"] = start | {"finished": None, "budget_min": args.budget_min, "sample": args.sample,
+                          "only_tests": args.only_tests,
                           "tests_map": tmap["how"], "tests_map_commit": tmap["commit"]}
     summary = run_plan(doc, order, plan, start,
                        lambda g, t, c, left: run_group(g, t, c, left, args.max_children,
-                                                       args.sample),
+                                                       args.sample, args.only_tests),
                        explained, None if args.budget_min is None else args.budget_min * 60,
                        save=lambda d: (finish(d, planned, skipped, start, explained),
                                        _save(d)), cap=cap)

@@ -377,4 +377,18 @@ def test_a_sampled_module_says_so_in_its_row():
     row = mutation.module_row("imgbuild/a.py", rec, "abc1234")
     assert row["sample"] == 5 and row["judged"] == 10 and row["score"] == 0.9
     assert "(1 in 5)" in mutation.format_table([row])
+    narrow = mutation.module_row("imgbuild/a.py", rec | {"only_tests": ["tests/test_a*.py"]},
+                                 "abc1234")
+    assert narrow["only_tests"] == ["tests/test_a*.py"] and row["only_tests"] == []
+    assert "(tests: tests/test_a*.py)" in mutation.format_table([narrow])
     assert mutation.module_row("imgbuild/a.py", rec | {"sample": 1}, "abc1234")["sample"] == 1
+
+
+def test_only_tests_narrows_each_modules_derived_tests_to_the_files_matching():
+    plan = {"imgbuild/catalog/targets.py": ["tests/test_spec.py", "tests/test_docker.py",
+                                            "tests/test_decisions_catalog.py"],
+            "imgbuild/plan/key.py": ["tests/test_content_key.py"]}
+    assert mutation.narrowed(plan, ["tests/test_decisions_*.py", "tests/test_spec.py"]) == {
+        "imgbuild/catalog/targets.py": ["tests/test_spec.py", "tests/test_decisions_catalog.py"],
+        "imgbuild/plan/key.py": []}
+    assert mutation.narrowed(plan, ["*"]) == plan
