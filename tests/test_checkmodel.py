@@ -719,3 +719,64 @@ def test_report_renders_and_serializes(parent_ckpt, catalog, tmp_path):
     text = console.export_text()
     assert "error: 2 ignore entries silently de-quantize 7 quantized modules" in text
     assert "  help: `--fix OUT`" in text and rep.exit_code == 1
+
+
+# --- the findings word for word ------------------------------------------------------------------
+
+def _kind(findings, kind):
+    return [f for f in findings if f.kind == kind]
+
+
+def test_a_format_finding_word_for_word(checkpoints, catalog, engines):
+    t = sglang(catalog, "0.5.23")
+    ck = cm.load_checkpoint(checkpoints["nvfp4"])
+    [f] = _kind(cm.check(ck, target=t, catalog=catalog, engines=engines, ct_formats=CT_09,
+                         ct_version="0.9.2"), "format")
+    fmt = "nvfp4-pack-quantized"
+    assert (f.severity, f.message, f.facts, f.hint, f.counts) == (
+        "error", f"the checkpoint declares format '{fmt}', which compressed-tensors 0.9.2 lacks",
+        (f"config.json declares '{fmt}' in quantization_config.format, "
+         "quantization_config.config_groups.group_0.format",
+         "the lock pins compressed-tensors 0.9.2",
+         f"compressed-tensors 0.9.2's CompressionFormat has no value '{fmt}'",
+         f"so the engine cannot load this checkpoint: ValueError: '{fmt}' is not a valid "
+         "CompressionFormat"),
+        "lock a newer compressed-tensors (an override in the target's yaml)", {"places": 2})
+    cfg = str(checkpoints["nvfp4"] / "config.json")
+    assert f.examples == (f"{cfg}: quantization_config.format",
+                          f"{cfg}: quantization_config.config_groups.group_0.format")
+    assert f.lines() == [f"error: {f.message}", *[f"  ├─▶ {x}" for x in f.facts[:-1]],
+                         f"  ╰─▶ {f.facts[-1]}", f"  help: {f.hint}"]
+    # Without a lock or the formats, nothing is checked, and it says so.
+    [info] = _kind(cm.check(ck, target=t, catalog=catalog, engines=engines), "format")
+    assert (info.severity, info.message, info.hint) == (
+        "info", "no lock for the target: formats not checked", "run `imgbuild lock TARGET` first")
+
+
+def test_a_fused_projection_finding_word_for_word(checkpoints, catalog, engines):
+    t = sglang(catalog, "0.5.23")
+    mixed = cm.load_checkpoint(checkpoints["mixed"])
+    fused = _kind(cm.check(mixed, target=t, catalog=catalog, engines=engines, ct_formats=CT_09,
+                           ct_version="0.9.2"), "fused-projection")
+    assert [f.message for f in fused] == [
+        "sglang finds no quantization target for 2 fused qkv_proj layers",
+        "sglang finds no quantization target for 2 fused gate_up_proj layers"]
+    qkv = fused[0]
+    assert qkv.facts[:2] == (
+        "the checkpoint stores qkv_proj split as q_proj, k_proj, v_proj (2 layers, e.g. "
+        "model.layers.0.self_attn)",
+        "sglang 0.5.23 builds one fused layer qkv_proj and matches ignore entries and targets "
+        "against that name")
+    assert qkv.facts[2].startswith("it takes packed_modules_mapping from the model class only "
+                                   "(Qwen3ForCausalLM: ")
+    assert qkv.facts[2].endswith("which has no entry for qkv_proj; config.json's is overwritten")
+    assert qkv.facts[3] == (
+        "no config-group target matches model.layers.0.self_attn.qkv_proj: model load fails "
+        "with ValueError: Unable to find matching target for model.layers.0.self_attn.qkv_proj "
+        "in the compressed-tensors config.")
+    assert qkv.hint == ("make a config-group target match the fused name too, e.g. "
+                        "`re:.*\\.qkv_proj$` beside the group's targets for q_proj, k_proj, v_proj")
+    assert (qkv.counts, qkv.examples) == (
+        {"layers": 2}, ("model.layers.0.self_attn.qkv_proj", "model.layers.1.self_attn.qkv_proj"))
+    assert fused[1].hint.endswith("`re:.*\\.gate_up_proj$` beside the group's targets for "
+                                  "gate_proj, up_proj")
