@@ -91,6 +91,11 @@ def test_plan_index_plans_each_platform_and_checks_each(ws, monkeypatch):
     d = r.to_dict()
     assert d["target"] == "tiny-cpu-multi" and d["content_tag"] == r.index.content_tag
     assert set(d["platforms"]) == {"linux/amd64", "linux/arm64"}
+    # The JSON `imgbuild plan --json` prints for an index, key by key.
+    assert d == {"target": "tiny-cpu-multi", "content_tag": r.index.content_tag,
+                 "refs": list(r.index.refs), "index": r.index.to_dict(),
+                 "platforms": {p.plan.platform: p.to_dict() for p in r.reports}}
+    assert d["refs"] and d["index"]
     assert r.exit_code == 0
     c = Calls(monkeypatch)
     r = pplan.plan_index(ws, "tiny-cpu-multi", checks=False)
