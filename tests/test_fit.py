@@ -331,3 +331,41 @@ def test_every_fit_check_failure_keeps_the_target_out(ws):
         for r in fit_targets(ws, host(h), model="k2.6").rows:
             assert not r.fits
             assert all(verdict(r, c).status == FAIL for c in r.failed if r.verdicts)
+
+
+def test_the_sentences_a_fit_is_made_of(ws):
+    bare = pf.probe(nvidia_smi="/nonexistent/nvidia-smi")
+    rep = fit_targets(ws, bare, model="k2.6")
+    k26 = ws.model("k2.6")
+    cpu = row(rep, "tiny-cpu")
+    assert (cpu.fits, cpu.candidate, cpu.failed) == (False, False, ("model",))
+    assert cpu.reasons == (
+        f"CPU target (archs [cpu]): serves no GPU model, and k2.6 is one ({k26.size_gb:g} GB at "
+        f"TP {k26.tensor_parallel}" + (f"; gpus: {k26.gpus}" if k26.gpus else "") + ")",)
+    bw = row(rep, "sglang-blackwell")
+    assert bw.short[-1] == "needs an NVIDIA GPU, none visible"
+    d = bw.to_dict()
+    assert d["verdicts"] == [{"check": v.check, "status": v.status, "detail": v.detail}
+                             for v in bw.verdicts] and d["verdicts"]
+    assert d["failed"] == list(bw.failed) and d["candidate"] is True
+    ok = fit_targets(ws, host("rtx-pro-6000-8x-ok"), model="k2.6").chosen
+    assert ok.reasons[0].endswith("; names k2.6 as its default model")
+    other = fit_targets(ws, host("rtx-pro-6000-8x-ok"), model="k2.6",
+                        targets=["sglang-vllm-blackwell"]).chosen
+    t = ws.catalog.target("sglang-vllm-blackwell")
+    if t.default_model != "k2.6":
+        assert other.reasons[0].endswith(
+            f"; can serve k2.6 (its default model is {t.default_model or 'none'})")
+
+
+def test_a_gpu_model_without_a_gpus_line_and_a_fit_without_a_model_asked(ws):
+    import dataclasses
+
+    bare = pf.probe(nvidia_smi="/nonexistent/nvidia-smi")
+    k26 = dataclasses.replace(ws.model("k2.6"), gpus=None)
+    cpu = fit._judge(ws, bare, "tiny-cpu", "linux/amd64", "k2.6", k26)
+    assert cpu.reasons == (f"CPU target (archs [cpu]): serves no GPU model, and k2.6 is one "
+                           f"({k26.size_gb:g} GB at TP {k26.tensor_parallel})",)
+    slim = fit_targets(ws, host("rtx-pro-6000-8x-ok"), targets=["sglang-blackwell-slim"]).chosen
+    # No model asked: the match and the archs it leaves unused, nothing about a model.
+    assert slim.fits and slim.reasons[0] == "exact SASS match; 1 arch(s) unused here (sm100)"
