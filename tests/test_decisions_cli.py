@@ -5,6 +5,7 @@ display a run gets. No Docker Engine: the commands used here stop before any Eng
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import sys
@@ -321,3 +322,54 @@ def test_table_in_a_log_is_one_padded_record_per_line_and_never_cut():
     buf = io.StringIO()
     kv(Console(file=buf, width=20, force_terminal=False), "p", [("tags", "a\nb"), ("k", "")])
     assert buf.getvalue().splitlines() == ["p", "tags  a", "      b", "k"]
+
+
+def test_insecure_registries_start_the_variable_when_it_is_unset(monkeypatch, capsys):
+    import os
+    monkeypatch.delenv("IMGBUILD_INSECURE_REGISTRIES", raising=False)
+    main(["plan", "no-such-target", "--insecure-registry", "b:5000", "--insecure-registry",
+          "c:5000", "--json"])
+    assert os.environ["IMGBUILD_INSECURE_REGISTRIES"] == "b:5000,c:5000"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("raised, said, code", [
+    ("interrupt", "interrupted", 130), ("terminate", "terminated", 143)])
+def test_ctrl_c_and_sigterm_unwind_to_their_exit_codes(monkeypatch, capsys, raised, said, code):
+    cli_main = importlib.import_module("imgbuild.cli.main")
+    from imgbuild.cli.commands import version
+
+    def stop(args, out):
+        raise cli_main.Terminated() if raised == "terminate" else KeyboardInterrupt()
+    monkeypatch.setattr(version, "run", stop)
+    assert main(["version"]) == code
+    assert capsys.readouterr().err.strip() == said
+
+
+def test_the_command_line_installs_its_signal_handlers_and_a_caller_keeps_its_own(monkeypatch,
+                                                                                  capsys):
+    import signal
+
+    cli_main = importlib.import_module("imgbuild.cli.main")
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        monkeypatch.setattr("sys.argv", ["imgbuild", "version", "--json"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert main() == 0
+        assert signal.getsignal(signal.SIGINT) is cli_main._interrupt
+        assert signal.getsignal(signal.SIGTERM) is cli_main._terminate
+        # An ignored Ctrl-C (a background job) stays ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert main() == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        # Called with its arguments (a caller's process), nothing is installed.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert main(["version", "--json"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+    capsys.readouterr()
