@@ -268,3 +268,24 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.section("CPU-seconds by test (tests/cpu_record.py)")
         for line in spent:
             terminalreporter.write_line(line)
+
+
+# --- the Sigstore stand-in (tests/sigstore_standin.py), for the keyless tests ---------------------
+
+@pytest.fixture(scope="module")
+def standin():
+    """A TEST STAND-IN for Fulcio, Rekor and the CT log, one per test module (its leaf
+    certificates are valid for minutes, from when each is made)."""
+    from .sigstore_standin import StandIn
+
+    return StandIn.make()
+
+
+@pytest.fixture(scope="module")
+def standin_root(standin):
+    """The stand-in's trusted_root.json, read as a policy's would be (its source: "stand-in")."""
+    import json
+
+    from imgbuild.image import keyless
+
+    return keyless.load_trust_root(json.dumps(standin.trusted_root()).encode(), "stand-in")

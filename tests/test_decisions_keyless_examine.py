@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -80,13 +79,8 @@ def test_the_issuer_is_the_der_extension_else_the_raw_one_else_none():
 # --- examine: the first check that fails, in words ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def standin() -> StandIn:
-    return StandIn.make()
-
-
-@pytest.fixture(scope="module")
-def root(standin) -> keyless.TrustRoot:
-    return keyless.load_trust_root(json.dumps(standin.trusted_root()).encode(), "stand-in")
+def root(standin_root) -> keyless.TrustRoot:
+    return standin_root  # the stand-in's trust root (tests/conftest.py), named "stand-in"
 
 
 WANT = keyless.Expect(GHA_SUBJECT, GHA_ISSUER)

@@ -217,14 +217,7 @@ def test_a_policy_without_trust_root_is_exit_2_naming_it(tmp_path):
 
 # --- the stand-in: what recorded data cannot show ---------------------------------------------
 
-@pytest.fixture(scope="module")
-def standin() -> StandIn:
-    return StandIn.make()
-
-
-@pytest.fixture(scope="module")
-def standin_root(standin) -> keyless.TrustRoot:
-    return keyless.load_trust_root(json.dumps(standin.trusted_root()).encode(), "stand-in")
+# The stand-in (`standin`) and its trust root (`standin_root`): tests/conftest.py.
 
 
 def signed_layer(standin: StandIn, *, integrated: int | None = None, digest: str = GHA_DIGEST,
