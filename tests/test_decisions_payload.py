@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -680,3 +681,145 @@ def test_generation_compared_through_the_first_divergence_only():
     off = _logits([[0.0, 9.1], [9.0, 0.0], [0.0, 9.0]])
     row, problems, _ = smoke.judge_generation(0, want, want, off, expected, [9.0] * 3, 0.04)
     assert problems and "decode logits max abs diff" in problems[0]
+
+
+# --- the toolchain stage past nvcc: cpp_extension and FlashInfer's JIT ----------------------------
+
+NVCC_PY = r'''#!/usr/bin/env python3
+# nvcc cannot run here: writes the cubin (a CUDA ELF for the asked sm) where -o says.
+import re, struct, sys
+args = sys.argv[1:]
+sm = int(re.search(r"-arch=sm_(\d+)", " ".join(args)).group(1))
+elf = bytearray(64)
+elf[:4] = b"\x7fELF"
+struct.pack_into("<H", elf, 18, 190)
+struct.pack_into("<I", elf, 48, sm << 8)
+open(args[args.index("-o") + 1], "wb").write(bytes(elf))
+'''
+
+
+@pytest.fixture()
+def toolchain(tmp_path, monkeypatch):
+    """A CUDA_HOME whose nvcc writes real cubin headers, torch's cpp_extension.load_inline
+    standing in for a CUDA compile (it writes the module's .so and hands back its function),
+    and the arch variables put back after."""
+    import sys
+    import types
+
+    import torch.utils.cpp_extension as ext
+
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.write_text(NVCC_PY)
+    nvcc.chmod(0o755)
+    for var in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE"):
+        monkeypatch.setenv(var, "before")
+    built = {}
+
+    def load_inline(*, name, build_directory, functions, **kw):
+        built.update(name=name, functions=functions, arch=os.environ["TORCH_CUDA_ARCH_LIST"])
+        (Path(build_directory) / f"{name}.so").write_bytes(b"")
+        return types.SimpleNamespace(**{f: object() for f in functions})
+    monkeypatch.setattr(ext, "load_inline", load_inline)
+    # FlashInfer is not installed beside the tests: its JIT is skipped unless a test stands in.
+    monkeypatch.setitem(sys.modules, "flashinfer", None)
+    facts = {"toolchain": {"cuda_home": str(tmp_path / "cuda"), "nvcc": "13.0"},
+             "archs": ["cpu", "sm100", "sm120"]}
+    return facts, built
+
+
+def test_the_toolchain_stage_compiles_for_each_arch_then_builds_an_extension(toolchain):
+    facts, built = toolchain
+    status, reason, details = smoke.check_toolchain(facts)
+    assert status == smoke.PASS, reason
+    assert {a: c["sm"] for a, c in details["cubins"].items()} == {"sm100": 100, "sm120": 120}
+    assert built == {"name": "imgbuild_jit_probe", "functions": ["axpy"], "arch": "10.0;12.0"}
+    ext = details["cpp_extension"]
+    assert (ext["built"], ext["arch_list"], ext["loaded"]) == (
+        ["imgbuild_jit_probe.so"], "10.0;12.0", True)
+    assert details["flashinfer_jit"]["skipped"] == ("No module named 'flashinfer.jit'; "
+                                                    "'flashinfer' is not a package")
+    assert reason == (
+        f"nvcc 13.0 compiled for sm_100a, sm_120a; torch cpp_extension built and loaded a CUDA "
+        f"extension for 10.0;12.0 in {ext['seconds']} s; FlashInfer JIT skipped: "
+        f"flashinfer.jit.activation: {details['flashinfer_jit']['skipped']}"[:len(reason)])
+    assert os.environ["FLASHINFER_CUDA_ARCH_LIST"] == "10.0a 12.0a"
+
+
+def test_the_toolchain_stage_fails_without_a_host_compiler_or_a_loaded_function(toolchain,
+                                                                                monkeypatch):
+    import shutil
+    import types
+
+    import torch.utils.cpp_extension as ext
+
+    facts, _ = toolchain
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda n, *a, **k: None if n == "c++" else real(n))
+    assert smoke.check_toolchain(facts)[:2] == (
+        smoke.FAIL, "nvcc compiles, but there is no host C++ compiler for extensions")
+    monkeypatch.setattr(shutil, "which", real)
+    monkeypatch.setattr(ext, "load_inline", lambda **kw: types.SimpleNamespace())
+    assert smoke.check_toolchain(facts)[:2] == (
+        smoke.FAIL, "cpp_extension built a module without its function")
+
+
+class _Spec:
+    def __init__(self, name: str, work: Path | None, fails: bool = False):
+        self.name, self.work, self.fails = name, work, fails
+
+    def build(self, verbose: bool = False) -> None:
+        if self.fails:
+            raise RuntimeError("ninja: build stopped: subcommand failed.")
+        if self.work is not None:
+            (self.work / "cached_ops" / self.name).mkdir(parents=True)
+            (self.work / "cached_ops" / self.name / f"{self.name}.so").write_bytes(b"")
+
+
+def _flashinfer(monkeypatch, gen) -> None:
+    """A stand-in for flashinfer.jit.activation (FlashInfer's JIT needs a CUDA toolkit)."""
+    import sys
+    import types
+
+    act = types.ModuleType("flashinfer.jit.activation")
+    if gen is not None:
+        act.gen_act_and_mul_module = gen
+    jit = types.ModuleType("flashinfer.jit")
+    jit.activation = act
+    pkg = types.ModuleType("flashinfer")
+    pkg.jit = jit
+    for name, mod in (("flashinfer", pkg), ("flashinfer.jit", jit),
+                      ("flashinfer.jit.activation", act)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def test_flashinfers_jit_builds_its_kernel_for_the_archs_or_the_stage_says_why(toolchain,
+                                                                             monkeypatch):
+    facts, _ = toolchain
+    asked = []
+
+    def gen(act):
+        asked.append(act)
+        return _Spec("silu_and_mul", Path(os.environ["FLASHINFER_WORKSPACE_BASE"]))
+    _flashinfer(monkeypatch, gen)
+    status, reason, details = smoke.check_toolchain(facts)
+    assert status == smoke.PASS and asked == ["silu"]
+    fi = details["flashinfer_jit"]
+    assert (fi["module"], fi["arch_list"], fi["built"]) == (
+        "silu_and_mul", "10.0a 12.0a", ["cached_ops/silu_and_mul/silu_and_mul.so"])
+    assert reason.endswith(f"; FlashInfer JIT-compiled silu_and_mul for 10.0a 12.0a in "
+                           f"{fi['seconds']} s")
+    _flashinfer(monkeypatch, lambda act: _Spec("silu_and_mul", None))
+    status, reason, _ = smoke.check_toolchain(facts)
+    assert (status, reason) == (smoke.FAIL,
+                                "FlashInfer's build of silu_and_mul left no shared object")
+    _flashinfer(monkeypatch, lambda act: _Spec("silu_and_mul", None, fails=True))
+    status, reason, details = smoke.check_toolchain(facts)
+    assert (status, reason) == (smoke.FAIL, "FlashInfer could not JIT-compile silu_and_mul: "
+                                            "ninja: build stopped: subcommand failed.")
+    assert details["flashinfer_jit"] == {"error": "ninja: build stopped: subcommand failed."}
+    _flashinfer(monkeypatch, None)
+    status, reason, details = smoke.check_toolchain(facts)
+    assert status == smoke.PASS and reason.endswith(
+        "; FlashInfer JIT skipped: this FlashInfer has no gen_act_and_mul_module")
+    assert details["flashinfer_jit"] == {"skipped": "no gen_act_and_mul_module"}
