@@ -823,3 +823,65 @@ def test_flashinfers_jit_builds_its_kernel_for_the_archs_or_the_stage_says_why(t
     assert status == smoke.PASS and reason.endswith(
         "; FlashInfer JIT skipped: this FlashInfer has no gen_act_and_mul_module")
     assert details["flashinfer_jit"] == {"skipped": "no gen_act_and_mul_module"}
+
+
+# --- the GPU stage on a GPU: torch.cuda and the engine stand in ----------------------------------
+
+@pytest.fixture()
+def gpu(tmp_path, monkeypatch):
+    """No GPU can be reached here: torch.cuda answers as on one B200 (sm100), the serving
+    engine hands back the tokens the test gives, and the checkpoint's reference is written
+    as the generator writes it (prompts, their greedy tokens and margins, the tolerance)."""
+    import torch
+
+    dev = {"cap": (10, 0), "name": "NVIDIA B200"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: dev["cap"])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: dev["name"])
+    calls = []
+    answer = {"tokens": [[5, 6, 7], [8, 9, 10]]}
+
+    def engine_generate(engine, model_dir, prompt_ids, n):
+        calls.append((engine, model_dir, prompt_ids, n))
+        return answer["tokens"]
+    monkeypatch.setattr(smoke, "engine_generate", engine_generate)
+    ref = {"prompts": [{"input_ids": [1, 2], "generated": [5, 6, 7],
+                        "generate_margins": [9.0, 9.0, 9.0]},
+                       {"input_ids": [3], "generated": [8, 9, 10],
+                        "generate_margins": [9.0, 0.5, 9.0]}],
+           "spec": {"generate_tokens": 3}, "logits_atol": 1.0, "activations": True}
+    (tmp_path / smoke.REFERENCE_DIR).mkdir()
+    (tmp_path / smoke.REFERENCE_DIR / smoke.REFERENCE_JSON).write_text(json.dumps(ref))
+    return tmp_path, dev, calls, answer
+
+
+def test_the_gpu_stage_runs_the_engine_on_the_reference_prompts(gpu):
+    model_dir, _, calls, _ = gpu
+    status, reason, details = smoke.check_gpu(model_dir, {"archs": ["sm100", "sm120"]},
+                                              "sglang", "require")
+    assert (status, reason) == (
+        smoke.PASS, "sglang on NVIDIA B200 (sm100, image arch sm100) generated the reference "
+                    "tokens")
+    assert calls == [("sglang", model_dir, [[1, 2], [3]], 3)]
+    assert (details["gpu"], details["sm"], details["engine"]) == ("NVIDIA B200", "sm100",
+                                                                  "sglang")
+    assert [r["decisive"] for r in details["prompts"]] == [3, 1]
+
+
+def test_the_gpu_stage_fails_on_other_tokens_another_arch_or_w4a4_without_fp4(gpu):
+    model_dir, dev, calls, answer = gpu
+    answer["tokens"] = [[5, 6, 7], [4, 9, 10]]
+    status, reason, details = smoke.check_gpu(model_dir, {"archs": ["sm100"]}, "vllm", "auto")
+    assert (status, reason) == (smoke.FAIL, "vllm on NVIDIA B200: greedy tokens differ from "
+                                            "the reference")
+    assert [r["match"] for r in details["prompts"]] == [True, False]
+    dev.update(cap=(9, 0), name="NVIDIA H100")
+    status, reason, details = smoke.check_gpu(model_dir, {"archs": ["sm100", "sm120"]},
+                                              "sglang", "auto")
+    assert (status, reason) == (smoke.FAIL, "NVIDIA H100 is sm90; the image is built for "
+                                            "sm100, sm120")
+    assert details == {"gpu": "NVIDIA H100", "sm": "sm90", "engine": "sglang"}
+    calls.clear()
+    status, reason, _ = smoke.check_gpu(model_dir, {"archs": ["sm90"]}, "sglang", "auto")
+    assert (status, reason) == smoke.w4a4_refusal("sglang", True, (9, 0), "auto")
+    assert calls == []  # refused before the engine starts
