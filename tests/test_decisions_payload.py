@@ -885,3 +885,36 @@ def test_the_gpu_stage_fails_on_other_tokens_another_arch_or_w4a4_without_fp4(gp
     status, reason, _ = smoke.check_gpu(model_dir, {"archs": ["sm90"]}, "sglang", "auto")
     assert (status, reason) == smoke.w4a4_refusal("sglang", True, (9, 0), "auto")
     assert calls == []  # refused before the engine starts
+
+
+def test_which_engine_the_gpu_stage_runs_and_when(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(smoke, "check_gpu", lambda model, f, eng, mode: asked.append(
+        (model, f.get("engine"), eng, mode)) or (smoke.PASS, "ran", {}))
+    monkeypatch.setattr(smoke, "check_checkpoint", lambda m: (smoke.PASS, "cpu ok", {}))
+    model = tmp_path / "model"
+    model.mkdir()
+    facts = tmp_path / "image.json"
+    facts.write_text(json.dumps({"engine": "sglang", "archs": ["cpu"]}))
+    for name in ("check_patches", "check_kernels", "check_toolchain"):
+        monkeypatch.setattr(smoke, name, lambda *a: (smoke.SKIPPED, "n/a", {}))
+    monkeypatch.setattr(smoke, "check_engine_schemes", lambda *a: (smoke.SKIPPED, "n/a", {}))
+    off = smoke.run_smoke(None, model, facts=facts)
+    assert off["stages"][-1]["reason"] == "skipped: --gpu off" and asked == []
+    smoke.run_smoke(None, model, gpu="require", facts=facts)  # the image's engine
+    smoke.run_smoke(None, model, gpu="auto", facts=facts, engine="vllm")  # the one asked
+    smoke.run_smoke(None, model, gpu="auto")  # no facts: transformers
+    assert asked == [(model, "sglang", "sglang", "require"), (model, "sglang", "vllm", "auto"),
+                     (model, None, "transformers", "auto")]
+
+
+def test_the_human_report_word_for_word():
+    report = {"ok": True, "stages": [
+        {"name": "environment", "status": smoke.PASS, "duration_s": 0.25, "reason": "all good",
+         "details": {}},
+        {"name": "checkpoint-cpu", "status": smoke.SKIPPED, "duration_s": 0.0,
+         "reason": "no --model given", "details": {"checks": []}}]}
+    assert smoke.format_human(report) == (
+        "PASS    environment        0.25s  all good\n"
+        "SKIPPED checkpoint-cpu     0.00s  no --model given\n"
+        "smoke: ok")
