@@ -520,3 +520,36 @@ def test_a_real_plans_labels_give_the_facts_the_tests_use():
     labels = json.loads(r.stdout)["labels"]
     labels = labels if isinstance(labels, dict) else dict(labels)
     assert facts_from_labels(labels) == BLACKWELL_K26
+
+
+def test_payload_mains_words_for_each_way_it_ends(tmp_path, capsys, monkeypatch):
+    facts = tmp_path / "image.json"
+    assert pf.main(["--facts", str(tmp_path / "missing.json")]) == 2
+    assert capsys.readouterr().err == (f"preflight: no facts file at {tmp_path / 'missing.json'};"
+                                       " pass --facts PATH\n")
+    facts.write_text("{")
+    assert pf.main(["--facts", str(facts)]) == 2
+    assert capsys.readouterr().err.startswith(f"preflight: {facts}: ")
+    # The default facts file is IMGBUILD_FACTS where set.
+    monkeypatch.setenv("IMGBUILD_FACTS", str(tmp_path / "from-env.json"))
+    assert pf.main([]) == 2
+    assert f"no facts file at {tmp_path / 'from-env.json'}" in capsys.readouterr().err
+    facts.write_text(json.dumps({"archs": ["sm100"], "cuda": "13.0",
+                                 "min_driver": "580.65.06"}))
+
+    def bug(*a, **kw):
+        raise KeyError("boom")
+    monkeypatch.setattr(pf, "run", bug)
+    assert pf.main(["--facts", str(facts)]) == 3  # a bug is no failed host
+    assert capsys.readouterr().err == "preflight: internal error: KeyError: 'boom'\n"
+
+
+def test_payload_mains_table_ends_with_its_verdict(tmp_path, capsys):
+    facts = tmp_path / "image.json"
+    facts.write_text(json.dumps({"archs": ["sm100", "sm120"], "cuda": "13.0",
+                                 "min_driver": "580.65.06"}))
+    assert pf.main(["--facts", str(facts), "--model-dir", str(tmp_path),
+                    "--recording", str(FIXTURES / "h100-8x-sm90")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "imgbuild preflight"
+    assert out[-1] == "preflight: FAILED: the server would not start here"
