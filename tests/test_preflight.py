@@ -553,3 +553,102 @@ def test_payload_mains_table_ends_with_its_verdict(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "imgbuild preflight"
     assert out[-1] == "preflight: FAILED: the server would not start here"
+
+
+# --- the small parts, word for word ---------------------------------------------------------------
+
+def test_what_nvidia_smi_prints_for_a_field_it_cannot_read():
+    for said in ("[N/A]", " N/A ", "[Not Supported]", "Unknown Error", "[Insufficient Permissions]",
+                 "", " [] "):
+        assert pf._na(said), said
+    for said in ("12.0", "570.26", "0", "[12.0]"):
+        assert not pf._na(said), said
+
+
+def test_where_the_model_goes_by_default(monkeypatch):
+    for var in ("IMGBUILD_MODEL_DIR", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", "/home/u")
+    assert pf.default_model_dir() == "/home/u/.cache/huggingface/hub"
+    monkeypatch.setenv("HF_HOME", "/hf")
+    assert pf.default_model_dir() == "/hf/hub"
+    monkeypatch.setenv("HF_HUB_CACHE", "/hub-cache")
+    assert pf.default_model_dir() == "/hub-cache"
+    monkeypatch.setenv("IMGBUILD_MODEL_DIR", "/models")
+    assert pf.default_model_dir() == "/models"
+
+
+def _g(i: int, total: int | None, used: int | None) -> pf.Gpu:
+    return pf.Gpu(index=i, uuid=f"GPU-{i}", name="NVIDIA H100", compute_cap="9.0",
+                  cap_source="nvidia-smi", memory_total_mib=total, memory_used_mib=used)
+
+
+def test_sglangs_balance_rule_in_its_words_and_this_hosts_numbers():
+    facts = pf.ImageFacts(archs=("sm90",))
+    base = ("SGLang refuses to start tensor parallelism when one rank's free memory is below 90% "
+            "of another's: 'The memory capacity is unbalanced. Some GPUs may be occupied by "
+            "other processes.'")
+    one = pf.Host(gpus=(_g(0, 81920, 0), _g(1, None, None)))
+    assert pf._sglang_rule(facts, one) == base + (
+        " (single GPU here: the engine starts, with less memory for KV cache).")
+    unbalanced = pf.Host(gpus=(_g(0, 81920, 10240), _g(1, 81920, None)))
+    assert pf._sglang_rule(facts, unbalanced) == base + (
+        " Here: min free 70.0 GiB < 90% of 80.0 GiB, so SGLang would reject the launch.")
+    # Exactly 90% (a GPU whose used memory nvidia-smi does not give counts as free): within.
+    edge = pf.Host(gpus=(_g(0, 73728, None), _g(1, 81920, 0), _g(2, 81920, 4096)))
+    assert pf._sglang_rule(facts, edge) == base + (
+        " Here min free 72.0 GiB is within 90% of 80.0 GiB, but the engine would size its KV "
+        "cache to the fullest GPU.")
+
+
+def test_a_directory_is_writable_or_says_why_not(tmp_path):
+    assert pf.can_write(str(tmp_path / "not" / "yet")) is None  # its nearest parent is
+    (tmp_path / "f").write_text("")
+    assert pf.can_write(str(tmp_path / "f" / "x")) == f"{tmp_path / 'f'} is not a directory " \
+                                                      f"({tmp_path / 'f' / 'x'})"
+    # /proc/sys exists and takes no file, even for root; its filesystem is not mounted
+    # read-only, so the reason is the permission.
+    assert pf.can_write("/proc/sys/x") == "permission denied at /proc/sys (/proc/sys/x)"
+
+
+def test_a_read_only_filesystem_is_named_as_one(tmp_path, monkeypatch):
+    import os
+    from types import SimpleNamespace
+
+    # What the kernel answers on a read-only mount (tests/test_hardening.py mounts one).
+    monkeypatch.setattr(os, "access", lambda p, mode: False)
+    monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_flag=os.ST_RDONLY | 0x400))
+    assert pf.can_write(str(tmp_path)) == f"read-only file system at {tmp_path} ({tmp_path})"
+    monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_flag=0x400))
+    assert pf.can_write(str(tmp_path)) == f"permission denied at {tmp_path} ({tmp_path})"
+
+    def gone(p):
+        raise OSError("stale file handle")
+    monkeypatch.setattr(os, "statvfs", gone)
+    assert pf.can_write(str(tmp_path)) == f"permission denied at {tmp_path} ({tmp_path})"
+
+
+def test_the_plain_table_wraps_each_detail_under_its_check():
+    vs = [pf.Verdict("arch", "pass", "sm100 code runs on sm100"),
+          pf.Verdict("driver", "fail", "needs " + "x" * 120), pf.Verdict("disk", "skip", "")]
+    lines = pf.format_table(vs).split("\n")
+    assert lines[0] == "PASS  arch    sm100 code runs on sm100"
+    # 100 columns: the detail wraps at 100 less the head's 14, under the detail's start.
+    assert lines[1] == "FAIL  driver  needs " + "x" * 80
+    assert lines[2] == " " * 14 + "x" * 40
+    assert lines[3] == "SKIP  disk    "
+    assert pf.format_table([]) == ""
+
+
+def test_a_row_without_index_uuid_or_driver_is_read_for_what_it_has():
+    gpus, driver = pf.parse_gpus("[N/A], , NVIDIA H100 80GB HBM3, [N/A], [N/A], 81559, 0\n"
+                                 "[N/A], GPU-2, NVIDIA H100 80GB HBM3, 9.0, 570.26, 81559, 1\n")
+    assert [(g.index, g.uuid, g.compute_cap, g.cap_source) for g in gpus] == [
+        (0, "", "9.0", "name table"), (1, "GPU-2", "9.0", "nvidia-smi")]
+    assert driver == "570.26"
+    assert pf.parse_gpus("")[1] is None
+    with pytest.raises(ValueError) as e:
+        pf.parse_gpus("0, GPU-0, NVIDIA H100\n")
+    assert str(e.value) == ("expected 7 comma-separated fields (index,uuid,name,compute_cap,"
+                            "driver_version,memory.total,memory.used), got 3: "
+                            "'0, GPU-0, NVIDIA H100'")
