@@ -713,7 +713,7 @@ def toolchain(tmp_path, monkeypatch):
     nvcc.write_text(NVCC_PY)
     nvcc.chmod(0o755)
     for var in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE"):
-        monkeypatch.setenv(var, "before")
+        monkeypatch.setenv(var, str(tmp_path / "before"))  # put back after; never the cwd
     built = {}
 
     def load_inline(*, name, build_directory, functions, **kw):
