@@ -44,8 +44,14 @@ def test_get_types():
         doc.get("missing", str)
     with pytest.raises(SpecError, match="required key is missing"):
         doc.get("none", str)
-    with pytest.raises(SpecError, match=r"in quotes \(YAML read a number\)"):
+    with pytest.raises(SpecError) as e:
         doc.get("ver", str)
+    assert e.value.message == "f.yaml: ver: expected a string in quotes (YAML read a number), got 3.12"
+    # A `what` that asks for quotes says so once.
+    with pytest.raises(SpecError) as e:
+        doc.get("ver", str, what="a Python version in quotes, e.g. '3.12'")
+    assert e.value.message == ("f.yaml: ver: expected a Python version in quotes, e.g. '3.12' "
+                               "(YAML read a number), got 3.12")
     with pytest.raises(SpecError, match="expected an integer"):
         doc.get("b", int)  # a bool is not an integer here
     with pytest.raises(SpecError, match="expected a number"):

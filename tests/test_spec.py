@@ -130,3 +130,62 @@ def test_the_fast_yaml_loader_reads_every_shipped_file_as_pyyaml_does(tmp_path):
         read_yaml(broken, tmp_path / "images")
     assert "found undefined alias 'y'" in str(e.value), e.value  # libyaml says not which
     assert "line 2, column 4" in str(e.value)
+
+
+HEAD = "engine: {name: sglang, version: '0.5.23'}\narchs: [sm90]\nos: debian-bookworm\n"
+
+
+@pytest.mark.parametrize("body, said", [
+    (HEAD + "platforms: [linux/s390x]\n",
+     "platforms[0]: expected an OCI platform: one of linux/amd64, linux/arm64, got 'linux/s390x'"),
+    (HEAD + "platforms: [linux/amd64, linux/amd64]\n",
+     "platforms: expected each platform once, got 'linux/amd64, linux/amd64'"),
+    (HEAD + "platforms: []\n", "platforms: expected at least one platform, got '[]'"),
+    (HEAD + "python: '3'\n", "python: expected a Python minor version such as '3.12', got '3'"),
+    (HEAD + "python: 3.12\n",
+     "python: expected a Python version in quotes, e.g. '3.12' (YAML read a number), got 3.12"),
+    (HEAD + "overrides:\n  - requirement: compressed-tensors==0.18.0\n    reason: '  '\n",
+     "overrides[0].reason: expected a non-empty written reason"),
+    (HEAD + "overrides:\n  - requirement: compressed-tensors==0.18.0\n    reason: 3\n",
+     "overrides[0].reason: expected a written reason (why this override is needed) in quotes "
+     "(YAML read a number), got 3"),
+    (HEAD + "indexes:\n  - name: x\n    url: ftp://x/simple\n    packages: [torch]\n",
+     "indexes[0].url: expected an http(s) URL of a PEP 503 simple index, got 'ftp://x/simple'"),
+    (HEAD + "indexes:\n  - name: x\n    url: https://x/simple\n    packages: [torch]\n"
+     "    platforms: [linux/arm64]\n",
+     "indexes[0].platforms[0]: expected one of the target's platforms (linux/amd64), got "
+     "'linux/arm64'"),
+    (HEAD + "flavor: fat\n", "flavor: expected one of devel, cuda-devel, slim, got 'fat'"),
+    ("engine: {name: tgi, version: '1.0'}\narchs: [sm90]\nos: debian-bookworm\n",
+     "engine.name: expected one of sglang, vllm, transformers, got 'tgi'"),
+    ("engine: {name: sglang, version: 'x.y'}\narchs: [sm90]\nos: debian-bookworm\n",
+     "engine.version: expected an exact PEP 440 version such as '0.5.23', got 'x.y'"),
+    ("engine: {name: sglang, version: 0.5}\narchs: [sm90]\nos: debian-bookworm\n",
+     "engine.version: expected an exact version in quotes, e.g. '0.5.23' (YAML read a number), "
+     "got 0.5"),
+    ("engine: sglang\narchs: [sm90]\nos: debian-bookworm\n",
+     "engine: expected a mapping with name and version, got 'sglang'"),
+    ("engine: {name: sglang, version: '0.5.23'}\narchs: [hopper]\nos: debian-bookworm\n",
+     "archs[0]: expected a CUDA arch such as sm90, sm100, sm120 (or cpu), got 'hopper'"),
+])
+def test_a_bad_target_field_word_for_word(images_copy, body, said):
+    _write(images_copy, "bad.yaml", body)
+    with pytest.raises(SpecError) as e:
+        load_catalog(images_copy)
+    assert (e.value.message, e.value.hint) == (
+        f"images/bad.yaml: {said}", "fix images/bad.yaml and run the command again")
+
+
+def test_what_a_target_leaves_out_takes_its_default(images_copy):
+    _write(images_copy, "cpu.yaml", "engine: {name: transformers, version: '5.17.0'}\n"
+                                    "archs: [cpu]\nos: debian-bookworm\n"
+                                    "overrides:\n  - requirement: numpy==2.0.0\n"
+                                    "    reason: a pin of ours\n    link: https://x/issue/1\n")
+    _write(images_copy, "gpu.yaml", HEAD)
+    cat = load_catalog(images_copy)
+    cpu, gpu = cat.target("cpu"), cat.target("gpu")
+    assert (cpu.flavor, gpu.flavor) == ("slim", "devel")
+    assert (cpu.build_from_source, cpu.platforms) == (False, ("linux/amd64",))
+    [ov] = cpu.overrides
+    assert (ov.requirement, ov.reason, ov.link) == ("numpy==2.0.0", "a pin of ours",
+                                                    "https://x/issue/1")

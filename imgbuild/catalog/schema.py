@@ -44,8 +44,11 @@ class Doc:
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if typ is str and isinstance(v, (int, float)) and not isinstance(v, bool):
-            # YAML reads 3.12 and 0.5 as numbers; the spec means the text.
-            raise SpecError(self.path, self.key(k), f"{what or 'a string'} in quotes (YAML read a number)", v)
+            # YAML reads 3.12 and 0.5 as numbers; the spec means the text. (A `what` that asks
+            # for quotes already says so: it is not said twice.)
+            want = what or "a string"
+            raise SpecError(self.path, self.key(k), want + ("" if "in quotes" in want else
+                                                            " in quotes") + " (YAML read a number)", v)
         if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
             raise SpecError(self.path, self.key(k), what or tname(typ), v)
         return v
