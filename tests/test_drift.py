@@ -463,3 +463,45 @@ def test_live_sglang_beside_compressed_tensors_0_8_1_is_caught(live_env, tmp_pat
     assert (f"sglang 0.5.10 refers to CompressionFormat.nvfp4_pack_quantized "
             f"at {f.file}:{f.line}") in text
     assert "compressed-tensors has CompressionFormat.nvfp4_pack_quantized from 0.10.0 on" in text
+
+
+FAM = "families:\n  - {name: X, provider: Ctensors_X, class: Fmt, consumers: [a], "
+
+
+@pytest.mark.parametrize("tail, said", [
+    ("reference: 'Fmt\\.'}\n",
+     "families[0].reference: expected a regular expression with a group for the symbol, e.g. "
+     "'\\bName\\.(\\w+)', got 'Fmt\\\\.'"),
+    ("reference: 'Fmt\\.(\\w+', kind: enum}\n",
+     "families[0].reference: expected a valid regular expression, got \"'Fmt\\\\\\\\.(\\\\\\\\w+' "
+     "(missing ), unterminated subpattern at position 5)\""),
+    ("reference: 'Fmt\\.(\\w+)', kind: table}\n",
+     "families[0].kind: expected one of enum, class, got 'table'"),
+    ("reference: 'Fmt\\.(\\w+)', model: {match: key}}\n",
+     "families[0].model.match: expected 'value' (models declare enum values), got 'key'"),
+    ("}\n", "families[0].reference: expected a regular expression whose group 1 is the symbol "
+            "(required key is missing)"),
+])
+def test_a_bad_family_word_for_word(tmp_path, tail, said):
+    (tmp_path / "images" / "checks").mkdir(parents=True)
+    (tmp_path / "images" / "checks" / "drift.yaml").write_text(FAM + tail)
+    with pytest.raises(SpecError) as e:
+        load_families(tmp_path / "images")
+    assert e.value.message == f"images/checks/drift.yaml: {said}"
+
+
+def test_a_family_read_with_its_defaults(tmp_path):
+    (tmp_path / "images" / "checks").mkdir(parents=True)
+    (tmp_path / "images" / "checks" / "drift.yaml").write_text(
+        FAM + "reference: '\\bFmt\\.(\\w+)', modules: [m/base.py], ignore: [Fmt.other], "
+        "model: {quant_method: ctensors}}\n"
+        "  - {name: Y, provider: p, class: Yc, consumers: [a], reference: 'Other\\.(\\w+)', "
+        "kind: class, needle: Oth}\n")
+    x, y = load_families(tmp_path / "images")
+    assert (x.name, x.provider, x.kind, x.modules, x.class_name, x.consumers) == (
+        "X", "ctensors-x", "enum", ("m/base.py",), "Fmt", ("a",))
+    assert (x.ignore, x.needle, x.model_quant_method, x.model_match) == (
+        ("Fmt.other",), "Fmt", "ctensors", "value")
+    assert x.source == "images/checks/drift.yaml"
+    # The class name is the prefilter only where the reference spells it out.
+    assert (y.kind, y.needle, y.ignore, y.model_quant_method) == ("class", "Oth", (), None)
