@@ -496,12 +496,15 @@ def test_a_family_read_with_its_defaults(tmp_path):
         FAM + "reference: '\\bFmt\\.(\\w+)', modules: [m/base.py], ignore: [Fmt.other], "
         "model: {quant_method: ctensors}}\n"
         "  - {name: Y, provider: p, class: Yc, consumers: [a], reference: 'Other\\.(\\w+)', "
-        "kind: class, needle: Oth}\n")
-    x, y = load_families(tmp_path / "images")
+        "kind: class}\n"
+        "  - {name: Z, provider: p, class: Zc, consumers: [a], reference: 'Z\\.(\\w+)', "
+        "needle: Zed}\n")
+    x, y, z = load_families(tmp_path / "images")
     assert (x.name, x.provider, x.kind, x.modules, x.class_name, x.consumers) == (
         "X", "ctensors-x", "enum", ("m/base.py",), "Fmt", ("a",))
     assert (x.ignore, x.needle, x.model_quant_method, x.model_match) == (
         ("Fmt.other",), "Fmt", "ctensors", "value")
     assert x.source == "images/checks/drift.yaml"
     # The class name is the prefilter only where the reference spells it out.
-    assert (y.kind, y.needle, y.ignore, y.model_quant_method) == ("class", "Oth", (), None)
+    assert (y.kind, y.needle, y.ignore, y.model_quant_method) == ("class", None, (), None)
+    assert z.needle == "Zed"  # as given
