@@ -210,3 +210,55 @@ def test_shipped_tables_parse(tmp_path):
     for name, fn in (("bases.yaml", hardware.parse_bases), ("gpus.yaml", hardware.parse_gpus),
                      ("cuda.yaml", hardware.parse_cuda)):
         fn(schema.read_yaml(images / name, images), name)
+
+
+@pytest.mark.parametrize("body, said", [
+    ("checkpoint: '  '\nsize_gb: 1\n",
+     "checkpoint: expected a Hugging Face repo id (org/name), a local path or generated:NAME, "
+     "got '  '"),
+    ("checkpoint: generated:x\nname: x\nsize_gb: 1\nrevision: main\n",
+     "revision: expected no revision: it is a Hugging Face repo's branch, tag or commit, and "
+     "the checkpoint is generated, got 'main'"),
+    ("checkpoint: ./models/x\nsize_gb: 1\nrevision: main\n",
+     "revision: expected no revision: it is a Hugging Face repo's branch, tag or commit, and "
+     "the checkpoint is a local path, got 'main'"),
+    ("checkpoint: org/m\nsize_gb: 1\ntensor_parallel: 0\n",
+     "tensor_parallel: expected an integer >= 1, got 0"),
+    ("checkpoint: org/m\nsize_gb: 0\n", "size_gb: expected a positive size in GB, got 0.0"),
+    ("checkpoint: org/m\nsize_gb: 1\nengine_flags: {tgi: [--x]}\n",
+     "engine_flags.tgi: expected an engine name: sglang, vllm, transformers, got 'tgi'"),
+    ("checkpoint: org/m\nsize_gb: 1\nquantization: {method: x, bits: 4}\n",
+     "quantization.bits: expected one of the known keys: activations, formats, method, summary, "
+     "got \"unknown key 'bits'\""),
+])
+def test_a_bad_model_profile_word_for_word(body, said):
+    import yaml
+
+    from imgbuild.catalog.models import parse_model
+
+    with pytest.raises(SpecError) as e:
+        parse_model("m", yaml.safe_load(body), "images/models/m.yaml")
+    assert e.value.message == f"images/models/m.yaml: {said}"
+
+
+def test_what_a_model_profile_leaves_out_takes_its_default():
+    import yaml
+
+    from imgbuild.catalog.models import parse_model
+
+    hub = parse_model("m", yaml.safe_load("checkpoint: org/My-Model-NVFP4/\nsize_gb: 2\n"),
+                      "images/models/m.yaml")
+    assert (hub.name, hub.tensor_parallel, hub.quant_from_checkpoint) == ("My-Model-NVFP4", 1, True)
+    assert (hub.generator_image, hub.generator_seed, hub.generator_scheme) == (
+        "smoke-model", 0, None)
+    assert (hub.engine_flags, hub.quant_formats, hub.quant_summary) == ({}, (), "")
+    gen = parse_model("g", yaml.safe_load(
+        "checkpoint: generated:g\nname: g\nsize_gb: 0.002\n"
+        "quantization: {method: compressed-tensors, formats: [nvfp4-pack-quantized]}\n"
+        "generator: {scheme: NVFP4, seed: 7, image: my-gen}\n"
+        "engine_flags: {sglang: [--x, '1']}\n"), "images/models/g.yaml")
+    assert (gen.quant_from_checkpoint, gen.quant_method, gen.quant_formats) == (
+        False, "compressed-tensors", ("nvfp4-pack-quantized",))
+    assert (gen.generator_scheme, gen.generator_seed, gen.generator_image) == ("NVFP4", 7,
+                                                                               "my-gen")
+    assert gen.engine_flags == {"sglang": ("--x", "1")}
