@@ -227,6 +227,9 @@ def test_shipped_tables_parse(tmp_path):
     ("checkpoint: org/m\nsize_gb: 0\n", "size_gb: expected a positive size in GB, got 0.0"),
     ("checkpoint: org/m\nsize_gb: 1\nengine_flags: {tgi: [--x]}\n",
      "engine_flags.tgi: expected an engine name: sglang, vllm, transformers, got 'tgi'"),
+    ("checkpoint: generated:m\nname: m\nsize_gb: 1\n",
+     "generator.scheme: expected the scheme the generator quantizes with, e.g. NVFP4 (a "
+     "generated: checkpoint is made here, not downloaded)"),
     ("checkpoint: org/m\nsize_gb: 1\nquantization: {method: x, bits: 4}\n",
      "quantization.bits: expected one of the known keys: activations, formats, method, summary, "
      "got \"unknown key 'bits'\""),

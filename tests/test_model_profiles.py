@@ -201,8 +201,8 @@ def test_generated_checkpoints_still_need_a_name_and_take_no_revision():
     with pytest.raises(SpecError, match="revision"):
         parse_model("p", {"checkpoint": "./ckpt", "size_gb": 1, "revision": "main"},
                     "images/models/p.yaml")
-    g = parse_model("g", {"checkpoint": "generated:x", "name": "G", "size_gb": 1},
-                    "images/models/g.yaml")
+    g = parse_model("g", {"checkpoint": "generated:x", "name": "G", "size_gb": 1,
+                          "generator": {"scheme": "NVFP4"}}, "images/models/g.yaml")
     assert not g.quant_from_checkpoint and resolve_profile(g, Path("/nonexistent")) is g
     hub = parse_model("h", {"checkpoint": "my-org/My-Model-NVFP4", "size_gb": 1,
                             "revision": "v1"}, "images/models/h.yaml")

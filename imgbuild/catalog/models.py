@@ -110,6 +110,11 @@ def parse_model(alias: str, data: Any, path: str) -> ModelProfile:
         flags[eng] = flags_doc.str_list(eng)
     gen = doc.sub("generator", doc.get("generator", dict, {}))
     gen.reject_unknown(GENERATOR_KEYS)
+    if kind == "generated" and gen.get("scheme", str, None) is None:
+        # Without a scheme nothing can make it, and nothing else reads it: refused here, not
+        # as a missing hub repo or directory when a target serves it.
+        raise SpecError(path, "generator.scheme", "the scheme the generator quantizes with, "
+                        "e.g. NVFP4 (a generated: checkpoint is made here, not downloaded)")
     return ModelProfile(
         alias=alias, path=path, name=name, checkpoint=checkpoint,
         size_gb=size, quant_method=q.get("method", str, None),
