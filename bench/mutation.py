@@ -139,7 +139,10 @@ NOT_WITH_PAYLOAD = ["test_golden_tags_from_the_dev_venv", "test_golden_tags_from
                     # file imports mutmut, which that python has not
                     "test_a_uid_without_a_passwd_entry_fails_the_user_check_and_the_run",
                     # read the payload's source for its imports: the rewritten one imports mutmut
-                    "test_payload_imports_only_the_standard_library"]
+                    "test_payload_imports_only_the_standard_library",
+                    # runs smoke.py as a script in a subprocess (the rewritten file: it kills no
+                    # mutant); its first, unmutated run failed under mutmut at f16f3ec
+                    "test_payload_passes_on_the_host"]
 
 
 def k_for(modules: list[str]) -> str:
