@@ -400,14 +400,15 @@ def explain(module: str, survivors: list[dict], explained: dict[str, dict]) -> i
 
 def stale_explanations(records: dict[str, dict], explained: dict[str, dict]) -> list[dict]:
     """Explanations that match no survivor of their module's record: the mutant was killed
-    since, or the code it named changed. A module stopped partway (partial) cannot tell."""
+    since, or the code it named changed. A module stopped partway (partial) or sampled
+    (`--sample`: the mutant explained may be one not run) cannot tell."""
     stale = []
     for module, entries in sorted(explained.items()):
         rec = records.get(module)
         for (function, diff) in entries:
             if rec is None or "survivors" not in rec:
                 why = "no record of the module's survivors"
-            elif rec.get("partial"):
+            elif rec.get("partial") or rec.get("sample", 1) > 1:
                 continue
             elif any(_key(function_of(s["mutant"]), s["diff"]) == (function, diff)
                      for s in rec["survivors"]):

@@ -129,6 +129,12 @@ def test_a_stale_explanation_is_reported():
         ("imgbuild/a.py", "+ return x + 2"), ("imgbuild/never.py", "+ ...")]
     assert "abc1234" in stale[0]["why"]
     assert "no record" in stale[1]["why"]
+    # A sampled or partial record cannot tell: the mutant explained may not have run.
+    for how in ({"sample": 5}, {"partial": True}):
+        rec = _record()
+        rec["imgbuild/a.py"] |= how
+        assert [s["module"] for s in mutation.stale_explanations(rec, explained)] == [
+            "imgbuild/never.py"]
 
 
 def test_the_table_judges_each_module_against_the_target():
