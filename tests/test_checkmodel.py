@@ -780,3 +780,20 @@ def test_a_fused_projection_finding_word_for_word(checkpoints, catalog, engines)
         {"layers": 2}, ("model.layers.0.self_attn.qkv_proj", "model.layers.1.self_attn.qkv_proj"))
     assert fused[1].hint.endswith("`re:.*\\.gate_up_proj$` beside the group's targets for "
                                   "gate_proj, up_proj")
+
+
+def test_what_check_model_says_of_a_config_it_has_nothing_to_check_in(engines):
+    plain = cm.Checkpoint.from_tensors({"architectures": ["X"]}, ["a.weight"], "org/plain")
+    [f] = cm.check(plain, target=None, engines=engines)
+    assert (f.kind, f.severity, f.message, f.facts) == (
+        "not-quantized", "info", "config.json has no quantization_config: nothing to check",
+        ("org/plain",))
+    fp8 = cm.Checkpoint.from_tensors({"quantization_config": {"quant_method": "fp8"}},
+                                     ["a.weight"], "org/fp8")
+    [f] = cm.check(fp8, target=None, engines=engines)
+    assert (f.kind, f.severity, f.message) == (
+        "not-compressed-tensors", "info",
+        "quant_method is 'fp8', not compressed-tensors: nothing check-model knows to check")
+    # Without a target, the engine judged is transformers 5.0.
+    ana = cm.analyze(plain, target=None, engines=engines)
+    assert (ana.behaviour.engine, ana.behaviour.version) == ("transformers", "5.0")
