@@ -432,3 +432,19 @@ def test_a_comment_is_wrapped_at_90_and_never_inside_a_hyphenated_name():
     assert lines[0] == "# " + ("x " * 35).strip()  # the name is not cut to fill this line
     assert lines[1].startswith("# " + name + " ")
     assert max(len(ln) for ln in lines) <= 92 and len(lines[1]) > 85  # filled up to 90
+
+
+def test_choose_refuses_word_for_word(ws):
+    from imgbuild.errors import InputError
+    with pytest.raises(InputError) as e:
+        run_mod.choose(ws, "k2.6", "tiny-nvfp4", _host("rtx-pro-6000-8x-ok"))
+    assert (e.value.message, e.value.hint) == (
+        "run k2.6 names a model, and --model tiny-nvfp4 another",
+        "`imgbuild run k2.6`, or `imgbuild run TARGET --model tiny-nvfp4`")
+    with pytest.raises(InputError) as e:
+        run_mod.choose(ws, "k2.7", None, None)
+    cat = ws.catalog
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "'k2.7' is neither a target nor a model profile",
+        ["targets: " + ", ".join(sorted(cat.targets)),
+         "model profiles: " + ", ".join(sorted(cat.models))], "see `imgbuild list`")
