@@ -261,3 +261,20 @@ def test_the_published_block_says_what_was_stored():
     assert "passed, on CPU (no GPU stage ran), time not recorded" in html
     html = H._published(t, _sec(_pub(smoke=_smoke(ok=False, when="2026-12-01"))))
     assert "failed, GPU stage on NVIDIA B200 (sm100), 2026-12-01" in html
+
+
+def test_the_pages_small_parts_word_for_word():
+    from imgbuild.cli.views import report_html as page
+    from imgbuild.pipeline.report import TargetSection
+
+    assert [page.human(n) for n in (999, 1000, 1_500_000, 2_000_000_000)] == [
+        "999 B", "1.00 kB", "1.50 MB", "2.00 GB"]
+    t = TargetSection("t", "d", "sglang", "0.5.23", (), (
+        ("compressed-tensors==0.19.0", "NVFP4 needs it", "https://github.com/x/y/issues/1"),
+        ("numpy==2.0.0", "a pin <of ours>", "http://not-https.example")), (), (), ())
+    assert page._overrides(t).split("<ul>")[1].split("</ul>")[0] == (
+        "<li><code>compressed-tensors==0.19.0</code>: NVFP4 needs it (<a href=\""
+        "https://github.com/x/y/issues/1\">https://github.com/x/y/issues/1</a>)</li>"
+        "<li><code>numpy==2.0.0</code>: a pin &lt;of ours&gt;</li>")
+    assert page._failures(t) == ("<h3>Known failures</h3><p>none in the doctor's catalog for "
+                                 "this lock</p>")
