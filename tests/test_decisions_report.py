@@ -278,3 +278,28 @@ def test_the_pages_small_parts_word_for_word():
         "<li><code>numpy==2.0.0</code>: a pin &lt;of ours&gt;</li>")
     assert page._failures(t) == ("<h3>Known failures</h3><p>none in the doctor's catalog for "
                                  "this lock</p>")
+
+
+def test_which_models_a_targets_section_lists_and_in_what_role(tmp_path):
+    import shutil
+
+    from imgbuild.pipeline import report as rp
+    from imgbuild.workspace import Workspace
+
+    from .conftest import ROOT
+
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    (tmp_path / "images" / "models" / "plain.yaml").write_text(
+        "checkpoint: org/plain\nsize_gb: 1\nquantization: {formats: [float-quantized]}\n")
+    ws = Workspace(tmp_path / "images", ROOT / "lockfiles")
+    gpu = ws.catalog.target("sglang-blackwell")
+    rows = {r.alias: r for r in rp._models(ws, gpu, None)}
+    assert [(a, r.role) for a, r in sorted(rows.items(), key=lambda x: list(rows).index(x[0]))] \
+        == [("k2.6", "default"), ("tiny-nvfp4", "smoke test"), ("plain", "with --model")]
+    assert rows["plain"].quantization == "float-quantized"  # no summary: the formats
+    cpu = ws.catalog.target("tiny-cpu")
+    assert [r.alias for r in rp._models(ws, cpu, None)] == ["tiny-nvfp4", "plain"]  # no k2.6
+    (tmp_path / "images" / "models" / "plain.yaml").write_text("checkpoint: org/plain\n"
+                                                               "size_gb: 1\nquantization: {}\n")
+    ws = Workspace(tmp_path / "images", ROOT / "lockfiles")
+    assert {r.alias: r.quantization for r in rp._models(ws, gpu, None)}["plain"] == "not stated"
