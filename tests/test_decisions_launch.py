@@ -475,3 +475,12 @@ def test_the_manifests_header_word_for_word(tmp_path):
     text = next(f for f in lws if f.name.endswith("-leaderworkerset.yaml")).read_text()
     assert "# A LeaderWorkerSet (kubernetes-sigs/lws, its controller must be installed): 2 pods, " \
            "one a node; the leader serves HTTP.\n" in text
+
+
+def test_a_manifest_keeps_its_key_order_block_style_and_100_columns():
+    from imgbuild.plan.manifests import dump
+
+    words = " ".join(["word"] * 30)
+    assert dump({"b": 1, "a": [1, 2], "m": {"k": "v"}, "long": words}) == (
+        "b: 1\na:\n- 1\n- 2\nm:\n  k: v\n"
+        "long: " + " ".join(["word"] * 20) + "\n  " + " ".join(["word"] * 10) + "\n")
