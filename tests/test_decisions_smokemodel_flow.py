@@ -215,3 +215,27 @@ def test_a_hub_alias_is_its_checkpoint_at_its_revision_and_a_path_is_itself(ws, 
     monkeypatch.chdir(tmp_path)
     assert report.resolve_checkpoint("k2.6", ws) == ("loaded", "k2.6", {})
     assert report.resolve_checkpoint("k2.6", None) == ("loaded", "k2.6", {})
+
+
+def test_a_checkpoints_layer_depends_on_its_files_names_and_bytes_only(tmp_path):
+    import io
+    import os
+    import tarfile
+
+    def made(d, mtime, mode):
+        (d / "sub").mkdir(parents=True)
+        for name, data in (("config.json", b"{}"), ("sub/model.safetensors", b"w" * 10)):
+            (d / name).write_bytes(data)
+            os.chmod(d / name, mode)
+            os.utime(d / name, (mtime, mtime))
+        return d
+    a = sm.layer_tar(made(tmp_path / "a", 1_000_000, 0o600))
+    b = sm.layer_tar(made(tmp_path / "b", 2_000_000, 0o664))
+    assert a == b
+    with tarfile.open(fileobj=io.BytesIO(a)) as tf:
+        members = [(m.name, m.type, m.mode, m.mtime, m.uid, m.gid, m.uname, m.gname, m.size)
+                   for m in tf.getmembers()]
+    assert members == [
+        ("config.json", tarfile.REGTYPE, 0o644, 0, 0, 0, "", "", 2),
+        ("sub", tarfile.DIRTYPE, 0o755, 0, 0, 0, "", "", 0),
+        ("sub/model.safetensors", tarfile.REGTYPE, 0o644, 0, 0, 0, "", "", 10)]
