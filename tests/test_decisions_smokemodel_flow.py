@@ -108,7 +108,16 @@ def test_an_artifact_made_for_another_key_is_refused_and_not_kept(ws, key, world
         sm.smoke_model(ws, ALIAS, key, None, REPO)
     assert e.value.message == (f"{REPO.name}:{sm.artifact_tag(ALIAS, key)} does not hold the "
                                "smoke model its tag names")
+    assert e.value.hint == "nothing was used; delete the tag, and a build makes it anew"
     assert not _entry(ws, key).exists()
+    # Not a tar at all: said with why, and nothing kept either.
+    world.artifact = ("sha256:x", {}, b"not a tar")
+    with pytest.raises(JobFailed) as e:
+        sm.smoke_model(ws, ALIAS, key, None, REPO)
+    assert e.value.facts[0].startswith("its layer cannot be unpacked: ")
+    assert e.value.hint == "nothing was used; delete the tag, and a build makes it anew"
+    assert not _entry(ws, key).exists()
+    assert [p.name for p in _entry(ws, key).parent.iterdir()] == []  # no scratch left
 
 
 def test_without_a_registry_or_an_artifact_the_generator_makes_it(ws, key, world):
