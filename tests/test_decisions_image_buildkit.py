@@ -152,3 +152,26 @@ def test_a_base_that_cannot_be_pulled_is_the_environments_fault(plan):
                                             "no such host"]) is None
     assert buildkit._unpullable_base(plan, ["#2 load metadata for x",
                                             "#2 ERROR: exit code 1"]) is None
+
+
+def test_an_unpullable_base_word_for_word(plan):
+    lines = ["#1 [internal] load build definition from Dockerfile",
+             "#2 [internal] load metadata for docker.io/nvidia/cuda:12.8.1-base",
+             "#2 ERROR: failed to do request: Head \"https://registry-1.docker.io/v2/\": "
+             "ERROR: dial tcp: lookup registry-1.docker.io: no such host"]
+    err = buildkit._unpullable_base(plan, lines)
+    assert err.message == f"the base image {plan.base_image} cannot be pulled from this machine"
+    # The first error line, after its first " ERROR: " only (the rest is BuildKit's own words).
+    assert err.facts == [
+        "BuildKit: load metadata for docker.io/nvidia/cuda:12.8.1-base: failed to do request: "
+        "Head \"https://registry-1.docker.io/v2/\": ERROR: dial tcp: lookup registry-1.docker.io: "
+        "no such host",
+        f"target {plan.target} builds FROM it ({plan.flavor} flavor)"]
+    assert err.hint.startswith("give the Engine a registry mirror that holds it "
+                               "(`registry-mirrors` in /etc/docker/daemon.json); or build "
+                               "another flavor on a base made here: `--flavor devel` (nvcc "
+                               "from NVIDIA's wheels on PyPI) or `--flavor slim` (no nvcc)")
+    long = lines[:2] + ["#2 ERROR: failed to do request: " + "x" * 400]
+    fact = buildkit._unpullable_base(plan, long).facts[0]
+    assert fact == ("BuildKit: load metadata for docker.io/nvidia/cuda:12.8.1-base: "
+                    + ("failed to do request: " + "x" * 400)[:300])
