@@ -344,3 +344,41 @@ def test_the_heavy_parts_a_build_reads_are_its_lock_parts():
             assert texts == {p: lock.requirements_text(layer=p) for p in splice.HEAVY_LAYERS}
         else:
             assert texts == {"heavy": lock.requirements_text(heavy=True)}
+
+
+def _two_parts() -> dict:
+    """The recorded config with a second heavy part (heavy-torch) after the first, as a
+    build of a target with two heavy lock parts lays its steps out: COPY then RUN each."""
+    cfg = recorded()
+    h = cfg["history"]
+    copy_step = dict(h[4], created_by=h[4]["created_by"].replace("heavy.txt", "heavy-torch.txt"))
+    run_step = dict(h[5], created_by=h[5]["created_by"].replace("heavy.txt", "heavy-torch.txt"))
+    cfg["history"] = h[:6] + [copy_step, run_step] + h[6:]
+    ids = cfg["rootfs"]["diff_ids"]
+    cfg["rootfs"]["diff_ids"] = ids[:4] + ["sha256:" + "7" * 64, "sha256:" + "8" * 64] + ids[4:]
+    return cfg
+
+
+def test_a_donor_of_two_heavy_parts_is_judged_part_by_part():
+    cfg = _two_parts()
+    m = manifest_of(cfg)
+    torch_text = "torch==2.13.0 --hash=sha256:" + "cd" * 32 + "\n"
+    layers = Layers()
+    layers.blobs[f"sha256:{4:064x}"] = tar_of(f"{ASSETS}/heavy-torch.txt", torch_text)
+    got, why = donor(cfg, m, texts={"heavy": HEAVY_TEXT, "heavy-torch": torch_text},
+                     layers=layers)
+    assert why == "" and got is not None
+    assert got.layers == tuple(m["layers"][2:6])
+    assert got.diff_ids == tuple(cfg["rootfs"]["diff_ids"][2:6])
+    assert got.history == tuple(cfg["history"][4:8]) and got.first_layer == 2
+    assert layers.asked == [(f"sha256:{2:064x}", PATH),
+                            (f"sha256:{4:064x}", f"{ASSETS}/heavy-torch.txt")]
+    got, why = donor(cfg, m, texts={"heavy": HEAVY_TEXT, "heavy-torch": "torch==0\n"},
+                     layers=layers)
+    assert got is None and why == "its heavy-torch lock part is not this build's"
+    # The second part's steps named for another file: not this build's steps.
+    cfg["history"][7]["created_by"] = cfg["history"][7]["created_by"].replace(
+        "heavy-torch.txt", "heavy-cuda.txt")
+    got, why = donor(cfg, m, texts={"heavy": HEAVY_TEXT, "heavy-torch": torch_text},
+                     layers=layers)
+    assert (got, why) == (None, "its heavy steps are not this build's (heavy-torch)")
