@@ -140,3 +140,55 @@ def test_a_global_header_or_an_early_end_is_not_cut():
     with pytest.raises(layercut.NotCut) as e:
         list(layercut._members(io.BytesIO(whole[:700])))  # into the PAX header's records
     assert str(e.value) == "the filesystem's tar ended early"
+
+
+SYM = {"type": tarfile.SYMTYPE}
+
+
+def test_a_link_or_directory_the_layers_under_it_hold_as_is_is_left_out_and_a_changed_one_kept():
+    lower = layercut.lower_entries([io.BytesIO(tar(
+        ("d", None, DIR), ("d/l", None, {**SYM, "linkname": "target"}),
+        ("d/m", None, {**SYM, "linkname": "old"}), ("d/f", b"data", {})))])
+    fs = tar(("d", None, DIR), ("d/l", None, {**SYM, "linkname": "target"}),
+             ("d/m", None, {**SYM, "linkname": "new"}), ("d/f", b"data", {}),
+             ("d/n", None, {**SYM, "linkname": "added"}))
+    stats = layercut.Cut()
+    out = b"".join(layercut.cut(io.BytesIO(fs), lower, stats))
+    assert members(out) == ["d/m", "d/n"]
+    assert (stats.entries, stats.kept) == (5, 2)
+    # The layer ends with tar's two zero blocks.
+    assert out.endswith(b"\0" * 1024) and len(out) % 512 == 0
+    # A directory whose mode changed is kept.
+    fs = tar(("d", None, {**DIR, "mode": 0o700}), ("d/l", None, {**SYM, "linkname": "target"}),
+             ("d/m", None, {**SYM, "linkname": "old"}), ("d/f", b"data", {}))
+    assert members(b"".join(layercut.cut(io.BytesIO(fs), lower, layercut.Cut()))) == ["d"]
+
+
+def test_a_hard_link_to_a_file_under_it_is_no_cut_and_one_to_a_file_kept_is():
+    lower = layercut.lower_entries([io.BytesIO(tar(("f", b"one", {})))])
+    fs = tar(("f", b"one", {}), ("h", None, {"type": tarfile.LNKTYPE, "linkname": "f"}))
+    with pytest.raises(layercut.NotCut) as e:
+        b"".join(layercut.cut(io.BytesIO(fs), lower, layercut.Cut()))
+    assert str(e.value) == ("h is a hard link to f, which the layers under it hold: a layer's "
+                            "hard links point inside it")
+    fs = tar(("f", b"two", {}), ("h", None, {"type": tarfile.LNKTYPE, "linkname": "./f"}))
+    assert members(b"".join(layercut.cut(io.BytesIO(fs), lower, layercut.Cut()))) == ["f", "h"]
+
+
+def test_a_path_gone_from_the_filesystem_is_no_cut():
+    lower = layercut.lower_entries([io.BytesIO(tar(("a", b"1", {}), ("b", b"2", {}),
+                                                   ("c", b"3", {})))])
+    with pytest.raises(layercut.NotCut) as e:
+        b"".join(layercut.cut(io.BytesIO(tar(("a", b"1", {}))), lower, layercut.Cut()))
+    assert str(e.value) == ("2 paths of the layers under it are not in the filesystem (e.g. /b):"
+                            " that takes whiteouts")
+
+
+def test_a_symlinks_target_is_compared_as_written_and_an_empty_cut_is_two_zero_blocks():
+    lower = layercut.lower_entries([io.BytesIO(tar(("l", None, {**SYM, "linkname": "target"})))])
+    same = tar(("l", None, {**SYM, "linkname": "target"}))
+    assert b"".join(layercut.cut(io.BytesIO(same), lower, layercut.Cut())) == b"\0" * 1024
+    # "./target" is another symlink than "target" (a hard link's name is a path; a symlink's
+    # target is text the kernel reads).
+    dotted = tar(("l", None, {**SYM, "linkname": "./target"}))
+    assert members(b"".join(layercut.cut(io.BytesIO(dotted), lower, layercut.Cut()))) == ["l"]
