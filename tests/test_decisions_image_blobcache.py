@@ -177,3 +177,13 @@ def test_trim_keeps_exactly_the_limit_and_counts_configs_too(cache):
     assert blobcache._layer_path("gzip-5", OTHER).exists()
     blobcache.trim(0)
     assert not blobcache._layer_path("gzip-5", OTHER).exists()
+
+
+def test_a_layer_being_written_is_not_trimmed_or_counted(cache):
+    keep("r", "sha256:" + "1" * 64, body=b"x" * 100)
+    with blobcache.writer("r") as f:
+        f.write(b"y" * 1000)  # another push's layer, half sent
+        f.flush()
+        blobcache.trim(limit=150)
+        assert os.path.exists(f.name)
+    assert blobcache.layer("r", "sha256:" + "1" * 64) is not None  # 100 bytes: under the limit
