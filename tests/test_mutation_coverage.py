@@ -398,3 +398,13 @@ def test_only_tests_narrows_each_modules_derived_tests_to_the_files_matching():
         "imgbuild/catalog/targets.py": ["tests/test_spec.py", "tests/test_decisions_catalog.py"],
         "imgbuild/plan/key.py": []}
     assert mutation.narrowed(plan, ["*"]) == plan
+
+
+def test_the_explanations_file_reads_and_names_only_modules_of_the_package():
+    explained = mutation.load_explained()  # a malformed file stops a run here
+    modules = set(mutation.package_modules(mutation.tree_sources())[0])
+    assert explained and set(explained) <= modules
+    for module, entries in explained.items():
+        for (function, diff), e in entries.items():
+            assert function and diff and e["kind"] in ("equivalent", "harmless"), (module, e)
+            assert e["why"].strip(), (module, function)
