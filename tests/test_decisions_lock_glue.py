@@ -10,6 +10,7 @@ uv itself resolves against a real index in tests/test_lock*.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import threading
 import time
 
@@ -73,13 +74,17 @@ def test_a_lock_uv_cannot_keep_is_resolved_again_with_its_conflicts_explained(re
     def resolve(req, wheels, prefer=None):
         raise ResolveError("no solution", facts=["uv's chain"])
 
+    asked = []
+
     def explained(req, wheels):
+        asked.append(wheels)
         raise ResolveError("explained", facts=["every conflict"])
     monkeypatch.setattr(fresh_mod, "resolve", resolve)
     monkeypatch.setattr(fresh_mod, "resolve_explained", explained)
     with pytest.raises(ResolveError) as e:
-        fresh_mod.freshness(ref.request, ref.lock_path)
+        fresh_mod.freshness(ref.request, ref.lock_path, Path("/srv/wheels"))
     assert e.value.message == "explained"
+    assert asked == [Path("/srv/wheels")]  # the same wheel directory, explained
 
 
 # --- several targets side by side -------------------------------------------------------------
