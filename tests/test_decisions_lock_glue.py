@@ -10,9 +10,9 @@ uv itself resolves against a real index in tests/test_lock*.py."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
