@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from imgbuild.errors import InputError
+from imgbuild.errors import EnvError, InputError
 from imgbuild.image import preflight as host_side
 from imgbuild.payload import preflight as pf
 from imgbuild.payload.preflight import FAIL, PASS, SKIP, WARN, ImageFacts, ModelFacts
@@ -338,7 +338,7 @@ def test_host_side_target_and_rich_table():
     assert doc["ok"] is False and doc["host"]["gpus"][0]["sm"] == "sm120"
 
 
-def test_host_side_image_reads_labels_through_the_engine_api(tmp_path):
+def test_host_side_image_reads_labels_through_the_engine_api(tmp_path, monkeypatch):
     import docker.errors
 
     class Images:
@@ -359,8 +359,29 @@ def test_host_side_image_reads_labels_through_the_engine_api(tmp_path):
     failed = [v.check for v in r.verdicts if v.status == FAIL]
     # The disk verdict depends on this machine's free space (595 GB needed at tmp_path).
     assert failed in (["driver"], ["driver", "disk"])
-    with pytest.raises(InputError, match="no local image other"):
+    with pytest.raises(InputError) as e:
         host_side.preflight_image("other", client=client)
+    assert (e.value.message, e.value.hint) == (
+        "no local image other", "pull it first (`docker pull other` or `imgbuild pull`), or "
+                                "pass a target name")
+
+    class Down:
+        def get(self, ref):
+            raise docker.errors.DockerException("Error while fetching server API version")
+    with pytest.raises(EnvError) as e:
+        host_side.image_labels("x", client=type("Client", (), {"images": Down()})())
+    assert (e.value.message, e.value.hint) == (
+        "cannot inspect image x: Error while fetching server API version",
+        "check that the Docker daemon runs and DOCKER_HOST points at it")
+    # The same runner and model directory reach the host's checks.
+    seen = []
+    real = host_side.preflight_facts
+    monkeypatch.setattr(host_side, "preflight_facts",
+                        lambda facts, **kw: seen.append(kw) or real(facts, **kw))
+    runner = pf.recording_runner(FIXTURES / "b200-8x-driver-570")
+    host_side.preflight_image("imgbuild/sglang-blackwell:k2.6", client=client, runner=runner,
+                              model_dir=tmp_path, nvidia_smi="/x/nvidia-smi")
+    assert seen == [{"model_dir": tmp_path, "nvidia_smi": "/x/nvidia-smi", "runner": runner}]
 
 
 def test_payload_main_prints_a_table_or_json_and_exits_by_verdict(tmp_path, capsys):
