@@ -201,7 +201,18 @@ def test_a_size_report_lists_layers_oldest_first_and_the_rest_largest_first():
                                            "other"]
     assert got.by_owner == (("torch", 950), ("six", 1))
     assert got.dead_weight == {"static library": 7, "test file": 20, "duplicate copies": 20}
-    assert got.to_dict()["layers"][0] == {"created_by": "FROM base", "size": 0}
+    assert got.to_dict() == {
+        "image": "img", "total": 1000, "files": 3,
+        "layers": [{"created_by": "FROM base", "size": 0}, {"created_by": "RUN heavy",
+                                                           "size": 900},
+                   {"created_by": "RUN rest", "size": 30}],
+        "by_kind": {"shared library": 900, "test file": 20, "static library": 7, "other": 5},
+        "by_owner": {"torch": 950, "six": 1}, "by_owner_kind": {},
+        "duplicates": [{"size": 10, "paths": ["a", "b", "c"]}],
+        "dead_weight": {"static library": 7, "test file": 20, "duplicate copies": 20}}
+    # A step's command is cut to 200 characters; a step the Engine names no command is "".
+    long = sizes.report_of("img", [{"CreatedBy": "RUN " + "x" * 300, "Size": 1}, {}], doc)
+    assert long.layers == (("", 0), ("RUN " + "x" * 196, 1))
 
 
 # --- uv's index flags inside the build --------------------------------------------------------
