@@ -265,3 +265,29 @@ def test_what_a_model_profile_leaves_out_takes_its_default():
     assert (gen.generator_scheme, gen.generator_seed, gen.generator_image) == ("NVFP4", 7,
                                                                                "my-gen")
     assert gen.engine_flags == {"sglang": ("--x", "1")}
+
+
+def test_kernel_rules_are_read_with_their_defaults_and_a_bad_arch_refused(tmp_path):
+    from imgbuild.catalog.kernels import KERNELS_FILE, load_kernel_rules
+
+    images = tmp_path / "images"
+
+    (images / KERNELS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (images / KERNELS_FILE).write_text(
+        "engines:\n  sglang:\n    required:\n      - {package: flashinfer-cubin, files: [x.so]}\n"
+        "    shown:\n      - {package: sgl-kernel, archs: [sm100], why: fp4 gemm}\n"
+        "  vllm: {}\n")
+    got = load_kernel_rules(images)
+    req, shown = got["sglang"].rules
+    assert (req.package, req.files, req.archs, req.why, req.required) == (
+        "flashinfer-cubin", ("x.so",), (), "", True)
+    assert (shown.package, shown.archs, shown.why, shown.required) == (
+        "sgl-kernel", ("sm100",), "fp4 gemm", False)
+    assert got["vllm"].rules == () and got["vllm"].jit == ()
+    (images / KERNELS_FILE).write_text(
+        "engines:\n  sglang:\n    required:\n      - {package: p, archs: [sm100, smXX]}\n")
+    with pytest.raises(SpecError) as e:
+        load_kernel_rules(images)
+    assert e.value.message == (f"images/{KERNELS_FILE}: engines.sglang.required[0].archs: expected "
+                               "archs such as sm100, got 'smXX'")
+    assert load_kernel_rules(tmp_path / "none") == {}
