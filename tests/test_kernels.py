@@ -181,3 +181,52 @@ def test_lock_check_reports_a_missing_record(images_copy):
     assert r.returncode == 0, r.stderr
     assert json.loads(rec.read_bytes())["packages"] == json.loads(saved)["packages"]
     shutil.rmtree(lockfiles)
+
+
+def _record(files: dict) -> dict:
+    return {"packages": {"fa": {"version": "3.0", "wheel": "fa-3.0-cp311-linux_aarch64.whl",
+                                "files": files}}}
+
+
+def test_coverages_refusals_word_for_word(ws):
+    lock = ws.target("tiny-cpu").lock()
+    rule = KernelRule("fa", ("fa/_C*.so",), ("sm100",), "attention", True)
+    with pytest.raises(InputError) as e:
+        coverage.judge(_record({"fa/other.so": {"codes": ["sm_100a"], "sha256": "0" * 64}}),
+                       EngineKernels("sglang", (rule,), ()), ("sm90", "sm100"), lock, "x")
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        "fa 3.0 has no fa/_C*.so in its wheel for this platform, needed on sm100",
+        ["images/checks/kernels.yaml: fa is required on sm100: attention",
+         "fa-3.0-cp311-linux_aarch64.whl has: fa/other.so"],
+        "drop sm100 from the target, or pin a fa whose wheel for this platform has it; if the "
+        "package moved its libraries, update `files:` in images/checks/kernels.yaml")
+    every = KernelRule("fa", (), (), "", True)
+    files = {"fa/_C.so": {"codes": ["sm_90a"], "sha256": "1" * 64},
+             "fa/_D.so": {"codes": [], "sha256": "2" * 64},
+             "fa/_E.so": {"codes": ["sm_80"], "sha256": "3" * 64}}
+    with pytest.raises(InputError) as e:
+        coverage.judge(_record(files), EngineKernels("sglang", (every,), ()),
+                       ("sm100", "sm120"), lock, "the committed record")
+    assert e.value.message == "fa 3.0 carries no GPU code for sm100: fa/_C.so"
+    assert e.value.facts == [
+        "fa/_C.so carries sm_90a (read from the locked wheel's .nv_fatbin; the committed "
+        "record)",
+        "sm100 runs none of it: no SASS of its own (or an earlier minor of its major), no PTX "
+        "it can JIT",
+        "images/checks/kernels.yaml: fa is required",
+        "fa: fa/_C.so has nothing for sm120", "fa: fa/_E.so has nothing for sm100",
+        "fa: fa/_E.so has nothing for sm120"]
+    assert e.value.hint == (
+        "drop sm100 from the target (or --arch without it), or pin a fa built for sm100; if "
+        "this engine never loads fa/_C.so on sm100, say so with `archs:` on its rule in "
+        "images/checks/kernels.yaml")
+    shown = KernelRule("fa", (), (), "flash attention", False)
+    cov = coverage.judge(_record(files), EngineKernels("sglang", (shown,), ("torch", "nope")),
+                         ("sm100",), lock, "x")
+    assert [(v.member, v.required, v.why, v.status) for v in cov.files] == [
+        ("fa/_C.so", False, "flash attention", (("sm100", "none"),)),
+        ("fa/_E.so", False, "flash attention", (("sm100", "none"),))]
+    assert cov.jit == (f"torch=={lock.package('torch').version}",)
+    # A package the lock does not hold is not judged.
+    assert coverage.judge({"packages": {}}, EngineKernels("sglang", (every,), ()), ("sm100",),
+                          lock, "x").files == ()
