@@ -178,3 +178,36 @@ def test_cli_arch_and_flavor_overrides():
     assert r.returncode == 2 and "w4a4 NVFP4" in r.stderr and "Traceback" not in r.stderr
     r = run_imgbuild("plan", "sglang-blackwell", "--arch", "B2000", "--no-checks")
     assert r.returncode == 2 and "did you mean 'B200'?" in r.stderr
+
+
+def test_selections_refusals_word_for_word(cat):
+    t = cat.target("sglang-blackwell")
+    no_torch = dataclasses.replace(WS.target("sglang-blackwell").lock(), packages=tuple(
+        p for p in WS.target("sglang-blackwell").lock().packages if p.name != "torch"))
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm100", "sm120"), flavor="slim", lock=no_torch, model=None)
+    assert (e.value.message, e.value.hint) == (
+        "target 'sglang-blackwell' is for GPUs (sm100, sm120) but its lock has no torch",
+        "add torch to the target's requirements")
+    # A CPU image: no CUDA, whatever torch the lock has (none here).
+    cpu = select(cat, t, archs=("cpu",), flavor="slim", lock=no_torch, model=None)
+    assert (cpu.cuda, cpu.torch, cpu.reasoning) == (None, None, ("CPU only: no CUDA",))
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm121",), flavor="slim", lock=_lock_with_torch(cat, "2.10.0"),
+               model=None)
+    assert e.value.facts == ["sm121 needs CUDA ≥ 12.9", *e.value.facts[1:]] and \
+        len(e.value.facts) == 2
+    assert e.value.hint == ("use torch 2.10.0's CUDA 13.0 build from the PyTorch index (+cu130), "
+                            "or drop the arch from the target")
+    with pytest.raises(InputError) as e:
+        select(cat, cat.target("sglang-hopper"), archs=("sm70",), flavor="cuda-devel",
+               lock=_lock_with_torch(cat, "2.14.1"), model=None)
+    assert e.value.hint == "drop sm70 or use a torch built for an older CUDA"
+    with pytest.raises(InputError) as e:
+        _plan(cat, "sglang-hopper", model="tiny-nvfp4")
+    assert e.value.hint == ("on sm90 use a BF16 or FP8 build of the model, or a Blackwell "
+                            "target (--arch B200 / --arch 'RTX PRO 6000')")
+    slim = select(cat, t, archs=("sm100",), flavor="slim", lock=_lock_with_torch(cat, "2.14.1"),
+                  model=None)
+    assert slim.flavor == "slim" and slim.reasoning[-2].endswith(
+        "(slim: CUDA 13.0 libraries from the torch wheels only)")
