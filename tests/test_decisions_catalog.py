@@ -291,3 +291,63 @@ def test_kernel_rules_are_read_with_their_defaults_and_a_bad_arch_refused(tmp_pa
     assert e.value.message == (f"images/{KERNELS_FILE}: engines.sglang.required[0].archs: expected "
                                "archs such as sm100, got 'smXX'")
     assert load_kernel_rules(tmp_path / "none") == {}
+
+
+def _engines(tmp_path, text: str):
+    from imgbuild.catalog.engines import load_engines
+
+    (tmp_path / "images" / "checks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "images" / "checks" / "engines.yaml").write_text(text)
+    return load_engines(tmp_path / "images")
+
+
+RULE = "{versions: '>=0.5', value: %s, checked: ['0.5.23'], evidence: [a.py:1]}"
+
+
+@pytest.mark.parametrize("body, said", [
+    ("engines:\n  sglang:\n    ignore_matcher: [" + RULE % "regex" + "]\n",
+     "engines.sglang.ignore_matcher[0].value: expected one of substring, suffix, exact, got "
+     "'regex'"),
+    ("engines:\n  sglang:\n    ignore_matcher: [{versions: '>=0.5', value: exact, patch: "
+     "{id: p, value: glob}}]\n",
+     "engines.sglang.ignore_matcher[0].patch.value: expected one of substring, suffix, exact, "
+     "got 'glob'"),
+    ("engines:\n  sglang:\n    w4a4_without_fp4_arch: [{versions: '>=0.5', linear: crashes, "
+     "moe: refuses}]\n",
+     "engines.sglang.w4a4_without_fp4_arch[0].linear: expected one of refuses, falls-back, got "
+     "'crashes'"),
+    ("engines:\n  sglang:\n    fused_lookup: first\n",
+     "engines.sglang.fused_lookup: expected one of shards-unless-listed, direct-first, got "
+     "'first'"),
+    ("engines:\n  sglang:\n    ignore_matcher: [{versions: '=>0.5', value: exact}]\n",
+     "engines.sglang.ignore_matcher[0].versions: expected a PEP 440 specifier such as "
+     "'>=0.5.7,<0.5.17', got '=>0.5'"),
+])
+def test_a_bad_engine_behaviour_word_for_word(tmp_path, body, said):
+    with pytest.raises(SpecError) as e:
+        _engines(tmp_path, body)
+    assert e.value.message == f"images/checks/engines.yaml: {said}"
+
+
+def test_engine_behaviours_are_read_with_their_defaults(tmp_path):
+    t = _engines(tmp_path, (
+        "fused_projections: {qkv_proj: [q_proj, k_proj, v_proj]}\n"
+        "engines:\n  sglang:\n    ignore_matcher: [" + RULE % "suffix" + "]\n"
+        "    model_classes:\n      versions: '>=0.5'\n      checked: ['0.5.23']\n"
+        "      classes:\n        Qwen3ForCausalLM: {mapping: {qkv_proj: [q_proj]}, "
+        "evidence: qwen3.py:1}\n        Bare: {}\n"
+        "  vllm:\n    fuses_projections: false\n    fused_lookup: direct-first\n"))
+    assert t.fused == {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+    s, v = t.engines["sglang"], t.engines["vllm"]
+    [r] = s.rules["ignore_matcher"]
+    assert (r.versions, r.value, r.checked, r.evidence, r.patch) == (
+        ">=0.5", "suffix", ("0.5.23",), ("a.py:1",), None)
+    assert s.rules["activation_gate"] == () and s.rules["w4a4_without_fp4_arch"] == ()
+    assert (s.fused_lookup, s.fuses_projections, s.classes_versions, s.classes_checked) == (
+        "shards-unless-listed", True, ">=0.5", ("0.5.23",))
+    q = s.classes["Qwen3ForCausalLM"]
+    assert (q.name, q.mapping, q.evidence) == ("Qwen3ForCausalLM", {"qkv_proj": ("q_proj",)},
+                                               "qwen3.py:1")
+    assert (s.classes["Bare"].mapping, s.classes["Bare"].evidence) == ({}, "")
+    assert (v.fused_lookup, v.fuses_projections, v.classes_versions, v.classes_checked,
+            v.classes) == ("direct-first", False, None, (), {})
