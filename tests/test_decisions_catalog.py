@@ -351,3 +351,42 @@ def test_engine_behaviours_are_read_with_their_defaults(tmp_path):
     assert (s.classes["Bare"].mapping, s.classes["Bare"].evidence) == ({}, "")
     assert (v.fused_lookup, v.fuses_projections, v.classes_versions, v.classes_checked,
             v.classes) == ("direct-first", False, None, (), {})
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"command": []}, "command: expected the server's argv (a non-empty list), got []"),
+    ({"command": ["python3", "serve.py"]},
+     "command: expected a command that names {model} (what the server loads), got ['python3', "
+     "'serve.py']"),
+    ({"port": 65536}, "port: expected a TCP port, 1-65535, got 65536"),
+    ({"ready": ["health"]}, "ready[0]: expected an absolute path, got 'health'"),
+    ({"shm_size": "lots", "ipc_host": False},
+     "shm_size: expected a size in Docker's units, e.g. 32g (b, k, m, g: binary), got 'lots'"),
+    ({"env": {"1BAD": "x"}}, "env.1BAD: expected an environment variable name, got '1BAD'"),
+    ({"env": {"GOOD": 3}}, "env.GOOD: expected a string in quotes (YAML read a number), got 3"),
+    ({"pass_env": ["BAD NAME"]},
+     "pass_env[0]: expected an environment variable name, got 'BAD NAME'"),
+    ({"startup_timeout_s": 0}, "startup_timeout_s: expected a positive number of seconds, got 0"),
+    ({"revision_flag": "revision"},
+     "revision_flag: expected a flag such as --revision, got 'revision'"),
+])
+def test_a_bad_launch_entry_word_for_word(tmp_path, change, said):
+    import copy
+
+    import yaml
+
+    from imgbuild.catalog.launch import load_launch
+
+    from .conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "images" / "checks" / "launch.yaml").read_text())
+    (tmp_path / "images" / "checks").mkdir(parents=True)
+    good = copy.deepcopy(doc)
+    good["engines"]["transformers"]["port"] = 65535
+    (tmp_path / "images" / "checks" / "launch.yaml").write_text(yaml.safe_dump(good))
+    assert load_launch(tmp_path / "images").engine("transformers").port == 65535
+    doc["engines"]["transformers"].update(change)
+    (tmp_path / "images" / "checks" / "launch.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError) as e:
+        load_launch(tmp_path / "images")
+    assert e.value.message == f"images/checks/launch.yaml: engines.transformers.{said}"
