@@ -364,6 +364,7 @@ def test_engine_behaviours_are_read_with_their_defaults(tmp_path):
      "shm_size: expected a size in Docker's units, e.g. 32g (b, k, m, g: binary), got 'lots'"),
     ({"env": {"1BAD": "x"}}, "env.1BAD: expected an environment variable name, got '1BAD'"),
     ({"env": {"GOOD": 3}}, "env.GOOD: expected a string in quotes (YAML read a number), got 3"),
+    ({"env": {"GOOD": ["a"]}}, "env.GOOD: expected a string in quotes, got ['a']"),
     ({"pass_env": ["BAD NAME"]},
      "pass_env[0]: expected an environment variable name, got 'BAD NAME'"),
     ({"startup_timeout_s": 0}, "startup_timeout_s: expected a positive number of seconds, got 0"),
