@@ -720,11 +720,15 @@ def record_module(doc: dict, module: str, res: dict, start: dict,
     """Put one module's result in the record, measured on the run's commit."""
     commit = start["short"]
     earlier = doc["modules"].get(module)
-    if "counts" not in res and earlier and "counts" in earlier:
-        # A run that failed (or was stopped before any result) keeps the module's earlier
-        # measure, with what happened this time beside it.
+    judged_now = sum((res.get("counts") or {}).get(k, 0) for k in JUDGED)
+    judged_before = sum(((earlier or {}).get("counts") or {}).get(k, 0) for k in JUDGED)
+    if earlier and "counts" in earlier and ("counts" not in res or (
+            judged_now == 0 and judged_before > 0)):
+        # A run that failed, or was stopped before it judged any of this module's mutants,
+        # keeps the module's earlier measure, with what happened this time beside it.
         earlier["last_attempt"] = {k: res.get(k) for k in ("status", "error", "seconds")} | {
-            "commit": commit}
+            "commit": commit} | ({"status": "stopped before any of its mutants was judged"}
+                                 if "counts" in res else {})
         return earlier
     if earlier and earlier.get("commit") != commit and "score" in earlier:
         # The first run on another commit stays as "before": what the tests added since

@@ -276,6 +276,17 @@ def test_a_failed_run_keeps_the_earlier_measure():
     assert kept["commit"] == "0ld0000" and kept["counts"] == {"killed": 3}
     assert kept["last_attempt"] == {"status": "error", "error": "boom", "seconds": 3.0,
                                     "commit": "fffffff"}
+    # A run stopped at its budget before it judged any of the module's mutants: the same.
+    kept = mutation.record_module(doc, "imgbuild/a.py", {"counts": {"not checked": 9},
+                                                         "partial": True, "seconds": 5.0},
+                                  start, {})
+    assert kept["counts"] == {"killed": 3} and kept["last_attempt"] == {
+        "status": "stopped before any of its mutants was judged", "error": None,
+        "seconds": 5.0, "commit": "fffffff"}
+    # One that judged some replaces it.
+    got = mutation.record_module(doc, "imgbuild/a.py", {"counts": {"killed": 1, "not checked": 8},
+                                                        "survivors": []}, start, {})
+    assert got["counts"] == {"killed": 1, "not checked": 8} and got["commit"] == "fffffff"
 
 
 def test_modules_with_the_same_tests_run_together_and_their_mutants_are_told_apart():
