@@ -325,3 +325,43 @@ def test_cosigns_failure_hint_for_each_signer_and_a_cosign_that_cannot_start(tmp
                                  "FileNotFoundError: No such file or directory"]
     assert cosigncli.tail("x" * 10, n=4) == "...xxxx" and cosigncli.tail(" ab \n") == "ab"
     assert cosigncli.tail("xxxx", n=4) == "xxxx"  # as long as the limit: all of it
+
+
+def test_a_cosign_that_does_not_answer_is_stopped_and_said_so(tmp_path, monkeypatch):
+    slow = fake_cosign(tmp_path, "sleep 3; exit 0", name="slow")
+    monkeypatch.setattr(cosigncli, "TIMEOUT_S", 0.5)
+    with pytest.raises(EnvError) as e:
+        cosigncli.run([str(slow), "sign", REF], "cosign sign", Delegated(str(slow), None), {})
+    assert e.value.message == ("cosign sign failed: nothing was signed by this run and no tag "
+                               "moved")
+    assert e.value.facts == [f"{slow} sign {REF}", "cosign exit status -1",
+                             "(no answer in 0.5 s)"]
+    assert "OIDC token" in e.value.hint  # the keyless signer's way out
+
+
+def test_preflights_failing_cosign_is_said_with_the_signers_way_out(tmp_path):
+    broken = fake_cosign(tmp_path, "echo 'Error: no config' >&2; exit 4", name="broken")
+    with pytest.raises(EnvError) as e:
+        cosigncli.preflight("awskms:///alias/k", {"IMGBUILD_COSIGN": str(broken)})
+    assert e.value.message == ("cosign version failed: nothing was signed by this run and no "
+                               "tag moved")
+    assert e.value.facts == [f"{broken} version --json", "cosign exit status 4",
+                             "Error: no config"]
+    assert e.value.hint.startswith("check that the credentials of awskms cosign reads")
+
+
+def test_sign_passes_the_ca_and_the_environment_to_every_cosign_call(tmp_path):
+    """Each call, the attestations as much as the signature, reaches the registry with the CA
+    it was given and runs in the environment it was given (the KMS's credentials are there)."""
+    c = fake_cosign(tmp_path, VERSION_2 + "\n"
+                    f'echo "$KMS_CREDENTIALS" >> {tmp_path}/env\n'
+                    'for i in "$@"; do if [ "$prev" = --predicate ]; then '
+                    f'basename "$(dirname "$i")" >> {tmp_path}/dirs; fi; prev=$i; done')
+    cosigncli.sign(Delegated(str(c), "awskms:///alias/k"), REF, {"cyclonedx": {}},
+                   plain_http=False, cacert="/etc/ca.pem",
+                   env={"PATH": os.environ["PATH"], "KMS_CREDENTIALS": "from-the-job"})
+    got = calls(tmp_path)
+    assert [a[a.index("--registry-cacert") + 1] for a in got] == ["/etc/ca.pem"] * 2
+    assert (tmp_path / "env").read_text().split() == ["from-the-job"] * 2
+    # its own kind of temporary directory, told apart from others in /tmp
+    assert (tmp_path / "dirs").read_text().startswith("imgbuild-attest-")

@@ -95,6 +95,21 @@ def test_presets_and_older_configs():
     assert q.activations == "bf16" and q.formats == ("w4a16_awq",)
 
 
+def test_awq_and_gptq_name_their_checkpoint_format_and_bits_as_far_as_given():
+    q = C.quantization_of({"quantization_config": {
+        "quant_method": "gptq", "bits": 4, "checkpoint_format": "gptq_v2", "version": "x"}})
+    assert q.formats == ("gptq_v2",)  # the format over the version
+    q = C.quantization_of({"quantization_config": {"quant_method": "awq", "version": "gemm"}})
+    assert q.formats == ("gemm",) and q.summary == "AWQ (from config.json)"  # no bits: no INT
+    assert q.activations == "bf16"
+
+
+def test_a_quantization_config_that_names_no_method_is_quantized_still():
+    q = C.quantization_of({"quantization_config": {"format": "something-new"}})
+    assert (q.method, q.formats, q.summary) == (
+        None, ("something-new",), "quantized (from config.json)")
+
+
 # --- which directory a profile's checkpoint is -----------------------------------------------
 
 def _profile(checkpoint: str, revision: str | None = None) -> ModelProfile:

@@ -187,3 +187,34 @@ def test_planning_reads_the_cache_first_and_otherwise_huggingface_hub_decides(hu
     assert asked == []
     C.hub_file("acme/nvfp4", cache_first=True)
     assert asked == [("acme/nvfp4", "config.json")]
+
+
+def test_unset_hub_settings_are_named_empty(hub, monkeypatch):
+    import huggingface_hub
+
+    def download(repo, filename, revision=None):
+        raise OSError("no network")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_HOME")
+    with pytest.raises(EnvError) as e:
+        C.read_config(_profile("acme/elsewhere"), Path("/nowhere"))
+    assert e.value.facts == ["HF_HOME=", "cannot read acme/elsewhere from the Hugging Face hub",
+                             "OSError: no network", "HF_HUB_OFFLINE="]
+
+
+def test_a_profile_is_read_from_the_cache_without_asking_the_hub(hub, monkeypatch):
+    import huggingface_hub
+
+    def download(repo, filename, revision=None):
+        raise AssertionError("asked the hub")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    config, where = C.read_config(_profile("acme/nvfp4"), Path("/nowhere"))
+    assert (config["revision_here"], where) == ("main", "acme/nvfp4")
+
+
+def test_a_hub_config_that_is_not_json_says_why(hub):
+    (hub / "snapshots" / SHA / "config.json").write_text("{")
+    with pytest.raises(InputError) as e:
+        C.read_config(_profile("acme/nvfp4"), Path("/nowhere"))
+    assert e.value.facts and str(hub / "snapshots" / SHA / "config.json") in e.value.facts[0]

@@ -54,6 +54,17 @@ def test_a_child_is_found_and_a_clean_up_command_is_spared(started):
     assert work.pid in got and cleanup.pid not in got and forked.pid not in got
 
 
+def test_a_child_whose_name_holds_a_parenthesis_is_found(started, tmp_path):
+    """/proc/PID/stat gives the name in parentheses, as the program named itself: a name with
+    ") 1 2" in it must not be read as the fields after it."""
+    import shutil
+
+    odd = tmp_path / "x) 1 2"
+    shutil.copy(shutil.which("sleep"), odd)
+    work = started([str(odd), "30"])
+    assert work.pid in _settled({work.pid})
+
+
 def test_a_grandchild_is_not_this_processs_to_end(started):
     parent = started(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE,
                      text=True)
@@ -83,7 +94,9 @@ def test_the_sweep_ends_the_children_it_finds(started, monkeypatch):
         Thread=lambda target, name, daemon: threads.append((target, name, daemon))
         or SimpleNamespace(start=lambda: None)))
 
-    def one_round(_s):
+    def one_round(s):
+        # soon again: a child started meanwhile (uv, between two tries) lives no longer
+        assert isinstance(s, float) and 0 < s <= 0.1
         raise _Stop
     monkeypatch.setattr(main_mod, "time", SimpleNamespace(sleep=one_round))
     main_mod._end_children()

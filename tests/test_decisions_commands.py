@@ -127,8 +127,10 @@ def test_doctor_host_shows_the_engines_facts_and_exits_by_its_decision(capsys, m
 def test_report_needs_a_page_or_json_and_a_named_directory(capsys):
     code, _, err = run(capsys, "report")
     assert code == 2 and "neither was asked for" in err
+    assert "help: pass --html DIR (writes DIR/index.html) or --json" in err
     code, _, err = run(capsys, "report", "--html", "  ")
     assert code == 2 and "--html is empty" in err
+    assert "help: name the directory for index.html" in err
     code, _, err = run(capsys, "report", "--html", "out", "--registry", "Bad Name!")
     assert code == 2 and "Traceback" not in err
 
@@ -310,6 +312,19 @@ def test_plan_of_a_multi_platform_target_is_an_index_plan_unless_one_platform(ca
                        "--platform", "linux/arm64")
     one = json.loads(out)
     assert code == 0 and one["platform"] == "linux/arm64" and "platforms" not in one
+
+
+def test_an_index_plan_says_the_served_models_quantization_as_a_single_plan_does(capsys):
+    code, out, _ = run(capsys, "plan", "tiny-cpu-multi", "--no-checks", "--json",
+                       "--model", "tiny-nvfp4")
+    index = json.loads(out)
+    code1, out, _ = run(capsys, "plan", "tiny-cpu-multi", "--no-checks", "--json",
+                        "--model", "tiny-nvfp4", "--platform", "linux/arm64")
+    one = json.loads(out)
+    assert (code, code1) == (0, 0)
+    assert index["quantization"] == one["quantization"] and index["quantization"]
+    code, out, _ = run(capsys, "plan", "tiny-cpu-multi", "--no-checks", "--json")
+    assert "quantization" not in json.loads(out)  # no model served: none said
 
 
 def test_plan_notes_a_shadowed_target_for_people_only(capsys, tmp_path, monkeypatch):

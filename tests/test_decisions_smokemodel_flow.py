@@ -57,6 +57,7 @@ def key(ws):
 def world(monkeypatch, tmp_path):
     w = type("World", (), {})()
     w.artifact, w.generated, w.pushed, w.tags = None, [], [], {}
+    w.generated_with = []
 
     def fetch(repo, tag, artifact_type):
         assert artifact_type == sm.ARTIFACT_TYPE
@@ -67,6 +68,7 @@ def world(monkeypatch, tmp_path):
 
     def generate(ws, alias, key, client, repo, path, *, log_dir, progress):
         w.generated.append(alias)
+        w.generated_with.append((repo, log_dir))
         checkpoint(tmp_path / "made", w.generate_key or key)
         path.parent.mkdir(parents=True, exist_ok=True)
         sm._publish(tmp_path / "made", path, sm.smokemodel.spec_for(ws.catalog.model(alias)),
@@ -162,6 +164,47 @@ def test_a_push_sends_the_checkpoint_as_an_artifact_with_its_file_list(ws, key, 
     assert layer == sm.layer_tar(_entry(ws, key))
     assert kw == {"annotations": {"io.imgbuild.smoke-model.key": key}}
     assert notes.said[-1] == f"pushed {REPO.name}:{tag}"
+
+
+def test_the_artifacts_tag_names_the_model_and_the_keys_first_16_digits():
+    assert sm.artifact_tag("tiny-nvfp4", "0123456789abcdef" + "f" * 48) == \
+        "smoke-model-tiny-nvfp4-0123456789abcdef"
+
+
+def test_the_generator_is_given_the_repository_and_the_log_directory(ws, key, world, tmp_path):
+    logs = tmp_path / "logs"
+    sm.publish_smoke_model(ws, ALIAS, key, None, REPO, log_dir=logs)
+    assert world.generated_with == [(REPO, logs)]
+
+
+def test_a_fetch_says_how_long_it_took(ws, key, world, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    world.artifact = ("sha256:x", {}, sm.layer_tar(checkpoint(tmp_path / "theirs", key)))
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(sm, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    notes = Notes()
+    sm.smoke_model(ws, ALIAS, key, None, REPO, progress=notes)
+    assert notes.said == [f"smoke model {ALIAS} ({key[:12]}): fetched from {REPO.name} in 2.5 s"]
+
+
+def test_an_artifact_is_unpacked_in_a_hidden_scratch_directory_named_for_its_entry(
+        ws, key, world, tmp_path, monkeypatch):
+    """Beside the cache entry (one rename puts it in place), hidden from a listing of the
+    cache, and named for the entry it will become: one left by a killed run says whose it
+    was."""
+    world.artifact = ("sha256:x", {}, sm.layer_tar(checkpoint(tmp_path / "theirs", key)))
+    seen = []
+    real = sm.smokemodel.is_complete
+
+    def is_complete(path, spec, k=None):
+        seen.append(path)
+        return real(path, spec, k)
+    monkeypatch.setattr(sm.smokemodel, "is_complete", is_complete)
+    sm.smoke_model(ws, ALIAS, key, None, REPO)
+    entry = _entry(ws, key)
+    [scratch] = [p.parent for p in seen if p.name == "m"]
+    assert scratch.parent == entry.parent and scratch.name.startswith(f".{entry.name}.")
 
 
 def test_silent_progress_is_the_default(ws, key, world):
