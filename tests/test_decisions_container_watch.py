@@ -214,3 +214,99 @@ def test_wait_exit_waits_while_it_runs_and_gives_its_exit_code(monkeypatch, stat
     client = Client(monkeypatch, states)
     assert container.wait_exit("cid", poll_s=0) == code
     assert len(client.calls) == len(states)
+
+
+def test_the_id_is_the_last_line_run_printed_and_a_removal_is_quiet(monkeypatch):
+    client = Client(monkeypatch, ["running 0"], run=subprocess.CompletedProcess(
+        [], 0, "Unable to find image locally\nlatest: Pulling from acme\nabc123def\n", ""))
+    assert container.start(_launch()) == "abc123def"
+    client.run = subprocess.CompletedProcess([], 125, "", "docker: Error: no runtime\n")
+    with pytest.raises(EnvError):
+        container.start(_launch())
+    [(args, kw)] = [(a, kw) for a, kw in client.calls if a[0] == "rm"]
+    assert kw["capture_output"] is True  # its words are not the user's to read here
+
+
+BAD_UTF8 = ("import sys; sys.stdout.buffer.write(b'weights \\xff\\xfe loaded\\n'); "
+            "sys.stdout.flush()")
+
+
+def test_a_log_that_is_not_utf8_is_read_with_its_bad_bytes_replaced(monkeypatch):
+    """The client runs for real here (a process printing bytes no UTF-8 decoder takes), with
+    the arguments logs() gives it."""
+    def run_cli(args, **kw):
+        return subprocess.run([sys.executable, "-c", BAD_UTF8], **kw)
+    monkeypatch.setattr(container.daemon, "run_cli", run_cli)
+    assert container.logs("cid") == "weights \ufffd\ufffd loaded\n"
+
+
+class StuckClock:
+    """0 at the start, then 2.34 s for ever: what each phase and the end are stamped with."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return 0.0 if self.calls == 1 else 2.34
+
+
+def test_phases_and_the_end_are_stamped_to_a_tenth_of_a_second(monkeypatch):
+    Client(monkeypatch, ["exited 1"])
+    w = container.watch(_launch(host_port=1, phases=PHASES), "cid", timeout_s=60,
+                        poll_s=0, clock=StuckClock())
+    assert w.phases == [("load", 2.3), ("graphs", 2.3), ("ready", 2.3)] and w.seconds == 2.3
+
+
+def test_the_log_is_followed_from_a_thread_that_does_not_keep_imgbuild_alive(monkeypatch):
+    Client(monkeypatch, ["exited 1"])
+    daemons = []
+    container.watch(_launch(host_port=1, phases=PHASES), "cid", timeout_s=60, poll_s=0,
+                    clock=Clock(0.0),
+                    on_phase=lambda p, line: daemons.append(threading.current_thread().daemon))
+    assert daemons == [True, True, True]
+
+
+def test_a_log_that_never_ends_delays_the_end_of_a_watch_only_so_long(monkeypatch):
+    """`docker logs -f` of a stopped container ends by itself; one that hangs (a daemon gone
+    away) is given 10 s for the log's last lines, then the watch ends without them."""
+    client = Client(monkeypatch, ["exited 1"])
+    monkeypatch.setattr(client, "cli_command", lambda args: [
+        sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(30)"])
+    monkeypatch.setattr(container.daemon, "cli_command", client.cli_command)
+    w = container.watch(_launch(host_port=1, phases=PHASES), "cid", timeout_s=60, poll_s=0,
+                        clock=Clock(0.0))
+    assert w.status == "exited"
+    # ended while the log's reader still waits on the client
+    assert any(t.name == "container-log" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_watch_and_a_wait_poll_once_a_second_and_probes_are_short(monkeypatch, server):
+    """Once a second: a server that is ready is seen within a second, and inspect is not run
+    in a loop. A probe of a local server gives up in seconds (2 s for health, 5 s for the model
+    list), so a hung endpoint does not stall the watch."""
+    import requests
+    from types import SimpleNamespace
+
+    slept, asked = [], []
+    monkeypatch.setattr(container, "time", SimpleNamespace(
+        sleep=slept.append, monotonic=container.time.monotonic))
+    real_get = requests.get
+    monkeypatch.setattr(container.requests, "get", lambda url, timeout: (
+        asked.append((url.rsplit("/", 1)[-1], timeout)) or real_get(url, timeout=timeout)))
+    Client(monkeypatch, ["running 0", "exited 0"])
+    assert container.wait_exit("cid") == 0 and slept == [1.0]
+    slept.clear()
+    Client(monkeypatch, ["running 0"])
+    s = Server(health=503)
+    try:
+        w = container.watch(_launch(host_port=s.port, phases=PHASES), "cid", timeout_s=2,
+                            clock=Clock(1.0))
+    finally:
+        s.close()
+    assert w.status == "timeout" and set(slept) == {1.0}
+    Client(monkeypatch, ["running 0"])
+    asked.clear()
+    w = container.watch(_launch(host_port=server.port, phases=PHASES), "cid", timeout_s=60,
+                        poll_s=0, clock=Clock())
+    assert w.status == "ready" and asked == [("health", 2), ("models", 2), ("models", 5)]
