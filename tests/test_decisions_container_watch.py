@@ -285,8 +285,9 @@ def test_a_watch_and_a_wait_poll_once_a_second_and_probes_are_short(monkeypatch,
     """Once a second: a server that is ready is seen within a second, and inspect is not run
     in a loop. A probe of a local server gives up in seconds (2 s for health, 5 s for the model
     list), so a hung endpoint does not stall the watch."""
-    import requests
     from types import SimpleNamespace
+
+    import requests
 
     slept, asked = [], []
     monkeypatch.setattr(container, "time", SimpleNamespace(

@@ -706,6 +706,10 @@ def toolchain(tmp_path, monkeypatch):
     import sys
     import types
 
+    # Importing cpp_extension imports setuptools, which appends its _vendor directory to
+    # sys.path for good: its vendored distributions would then be listed by every later
+    # importlib.metadata.distributions() of this worker. The path is put back after.
+    monkeypatch.setattr(sys, "path", list(sys.path))
     import torch.utils.cpp_extension as ext
 
     (tmp_path / "cuda" / "bin").mkdir(parents=True)

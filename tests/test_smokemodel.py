@@ -60,7 +60,10 @@ def reference(model_dir: Path) -> dict:
 
 def _write_lock(path: Path, overrides: dict[str, str] | None = None, extra: str = "") -> int:
     """A uv-style lock of what this interpreter has installed (names deliberately spelled in
-    other PEP 503 forms), with `version` replaced per overrides. Returns the package count."""
+    other PEP 503 forms), with `version` replaced per overrides. Returns the package count.
+
+    Listed by a fresh interpreter, as the payload (run as a script) sees them: this process's
+    sys.path may have grown (setuptools, once imported, appends its vendored packages)."""
     overrides = overrides or {}
     seen: set[str] = set()
     blocks = [
@@ -68,16 +71,17 @@ def _write_lock(path: Path, overrides: dict[str, str] | None = None, extra: str 
         "#    uv pip compile pyproject.toml --generate-hashes -o lock.txt\n",
         "--index-url https://pypi.org/simple\n",
     ]
-    for i, dist in enumerate(
-        sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"].lower())
-    ):
-        name = dist.metadata["Name"]
+    listed = json.loads(subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m, json; print(json.dumps("
+         "[(d.metadata['Name'], d.version) for d in m.distributions()]))"],
+        check=True, capture_output=True, text=True, cwd="/").stdout)
+    for i, (name, dist_version) in enumerate(sorted(listed, key=lambda d: d[0].lower())):
         norm = payload.normalize_name(name)
         if norm in seen:
             continue
         seen.add(norm)
         spelled = name.replace("-", "_").upper() if i % 2 else name
-        version = overrides.get(norm, dist.version)
+        version = overrides.get(norm, dist_version)
         blocks.append(
             f"{spelled}=={version} \\\n"
             f"    --hash=sha256:{'a' * 64} \\\n"
