@@ -41,12 +41,20 @@ def plan():
 def registry(monkeypatch, plan):
     """What the scripted registry holds: the content tag, and what was asked of it."""
     held = {"tag": {plan.content_tag: DIGEST}, "report": None, "sigs": []}
-    monkeypatch.setattr(reg, "manifest_digest", lambda repo, tag: held["tag"].get(tag))
+
+    def ours(repo, digest=DIGEST):
+        # it answers for this repository and the digest its tag names, nothing else
+        assert repo.name == REPO.name and digest == DIGEST, (repo, digest)
+
+    monkeypatch.setattr(reg, "manifest_digest",
+                        lambda repo, tag: ours(repo) or held["tag"].get(tag))
     monkeypatch.setattr(reg, "get_manifest",
-                        lambda repo, d: (d, {"config": {}, "layers": LAYERS}))
-    monkeypatch.setattr(reg, "image_config", lambda repo, d: ({}, {"history": HISTORY}))
-    monkeypatch.setattr(reg, "fetch_report", lambda repo, d: held["report"])
-    monkeypatch.setattr(signstore, "fetch_layers", lambda repo, tag: held["sigs"])
+                        lambda repo, d: ours(repo, d) or (d, {"config": {}, "layers": LAYERS}))
+    monkeypatch.setattr(reg, "image_config",
+                        lambda repo, d: ours(repo, d) or ({}, {"history": HISTORY}))
+    monkeypatch.setattr(reg, "fetch_report", lambda repo, d: ours(repo, d) or held["report"])
+    monkeypatch.setattr(signstore, "fetch_layers", lambda repo, tag: (
+        ours(repo) or tag == signstore.cosign.sig_tag(DIGEST) and held["sigs"] or []))
     return held
 
 
@@ -111,7 +119,37 @@ def test_with_a_policy_the_signature_is_checked_against_it(plan, registry, monke
         asked.append((repo.name, digest, pol))
         return [], None
     monkeypatch.setattr(signstore, "checks", checks)
-    monkeypatch.setattr(report, "signature_words",
-                        lambda pol, checks, stored, repository: f"judged by {pol.key}")
-    assert report._published(REPO, plan, policy).signature == "judged by keys/ci.pub"
+    monkeypatch.setattr(report, "signature_words", lambda pol, checks, stored, repository: (
+        f"judged by {pol.key} for {repository}, {stored} counted"))
+    # judged, not counted: with a policy the stored signatures are not what is said
+    assert report._published(REPO, plan, policy).signature == \
+        f"judged by keys/ci.pub for {REPO.name}, 0 counted"
     assert asked == [(REPO.name, DIGEST, policy)]
+
+
+def test_a_layer_is_its_digest_size_and_media_type_as_the_manifest_gives_them(plan, registry,
+                                                                              monkeypatch):
+    got = report._published(REPO, plan)
+    assert [(la.digest, la.media_type) for la in got.layers] == [
+        (x["digest"], x["mediaType"]) for x in LAYERS]
+    # a descriptor without size or media type (none should lack them) is 0 bytes, untyped
+    monkeypatch.setattr(reg, "get_manifest", lambda repo, d: (d, {"config": {}, "layers": [
+        {"digest": "sha256:" + "9" * 64}]}))
+    [layer] = report._published(REPO, plan).layers
+    assert (layer.size, layer.media_type) == (0, "")
+    # a manifest the registry no longer serves: no layers
+    monkeypatch.setattr(reg, "get_manifest", lambda repo, d: None)
+    assert report._published(REPO, plan).layers == ()
+
+
+def test_a_platform_with_a_registry_gives_the_pull_lines_of_what_it_holds(plan, registry):
+    ws = checkout_workspace()
+    sec = report._platform(ws, "tiny-cpu", plan, REPO)
+    assert sec.pull == f"imgbuild pull tiny-cpu --registry {REPO.name}"
+    assert sec.docker_pull == f"docker pull {REPO.name}@{DIGEST}"
+    assert sec.published.digest == DIGEST
+    registry["tag"] = {}
+    assert report._platform(ws, "tiny-cpu", plan, REPO).docker_pull is None  # not there
+    none = report._platform(ws, "tiny-cpu", plan, None)
+    assert (none.pull, none.docker_pull, none.published) == (
+        "imgbuild pull tiny-cpu --registry REGISTRY/REPO", None, None)
