@@ -322,7 +322,8 @@ def _published(t: TargetSection, p: PlatformSection) -> str:
     if pub.layers:
         top = max(x.size for x in pub.layers) or 1
         bars = "".join(
-            f'<span class="step" title="{e(x.step)} ({e(x.digest)})"><code>'
+            '<span class="step" title="'
+            + (f"{e(x.step)} ({e(x.digest)})" if x.step else e(x.digest)) + '"><code>'
             f"{e(_cut(x.step or x.digest))}"
             f'</code></span><span class="bar" style="width:{100 * x.size / top:.1f}%"></span>'
             f"<span>{e(human(x.size))}</span>" for x in pub.layers)
