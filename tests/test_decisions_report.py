@@ -303,3 +303,124 @@ def test_which_models_a_targets_section_lists_and_in_what_role(tmp_path):
                                                                "size_gb: 1\nquantization: {}\n")
     ws = Workspace(tmp_path / "images", ROOT / "lockfiles")
     assert {r.alias: r.quantization for r in rp._models(ws, gpu, None)}["plain"] == "not stated"
+
+
+LONG_STEP = ("RUN uv pip install --no-deps -r /opt/imgbuild/heavy.txt && rm -rf /root/.cache/uv "
+             "/tmp/* && echo done with it")
+
+
+def test_the_published_block_word_for_word():
+    """Everything a registry can hold for one content tag, as the page shows it: the pull
+    lines, the layers by step (a long step cut in the middle, a layer no step names by its
+    digest), the signature, and a stored smoke report that was forced."""
+    from dataclasses import replace
+
+    from imgbuild.pipeline.report import Layer, TargetSection
+
+    t = TargetSection("t", "", "sglang", "1", (), (), (), (), ())
+    zstd = "application/vnd.oci.image.layer.v1.tar+zstd"
+    pub = Published("reg/r", "reg/r:tag", DIGEST, (
+        Layer("sha256:" + "1" * 64, 2_000_000, zstd, LONG_STEP),
+        Layer("sha256:" + "2" * 64, 500_000, zstd, "")), Smoke(
+            True, (("versions", "pass", "41 packages"), ("gpu-engine", "fail", "<no GPU>"),
+                   ("kernels", "skipped", "")),
+            "NVIDIA B200 (sm100)", "2026-12-01T10:00:00", "img", True),
+        "sha256-ab.smoke", "signed by k")
+    html = H._published(t, replace(_sec(pub), docker_pull=f"docker pull reg/r@{DIGEST}"))
+    assert html == (
+        f'<div id="t-t-linux-amd64-registry"><b>pull</b><pre>imgbuild pull t\n'
+        f"docker pull reg/r@{DIGEST}</pre>"
+        f'<dl class="kv"><dt>image</dt><dd><code>reg/r:tag</code></dd><dt>digest</dt><dd>'
+        f"<code>{DIGEST}</code></dd><dt>compressed size</dt><dd>2.50 MB in 2 layers</dd></dl>"
+        "<p>where the bytes are (each layer, compressed, as the manifest says; the step from "
+        "the image config's history):</p><div class=\"bars\">"
+        '<span class="step" title="RUN uv pip install --no-deps -r /opt/imgbuild/heavy.txt '
+        '&amp;&amp; rm -rf /root/.cache/uv /tmp/* &amp;&amp; echo done with it (sha256:'
+        + "1" * 64 + ')"><code>RUN uv pip install --no-deps -r /opt/imgbuild/he…-rf '
+        "/root/.cache/uv /tmp/* &amp;&amp; echo done with it</code></span>"
+        '<span class="bar" style="width:100.0%"></span><span>2.00 MB</span>'
+        '<span class="step" title="sha256:' + "2" * 64 + '"><code>sha256:' + "2" * 64
+        + '</code></span><span class="bar" style="width:25.0%"></span><span>500.00 kB</span>'
+        "</div><p><b>signature</b>: signed by k</p>"
+        '<p id="t-t-linux-amd64-smoke"><b>smoke report</b> <code>sha256-ab.smoke</code>: '
+        "passed, GPU stage on NVIDIA B200 (sm100), 2026-12-01T10:00:00 <b>(forced)</b></p>"
+        '<div class="scroll"><table><tbody>'
+        '<tr><th>versions</th><td class="ok">pass</td><td>41 packages</td></tr>'
+        '<tr><th>gpu-engine</th><td class="bad">fail</td><td>&lt;no GPU&gt;</td></tr>'
+        '<tr><th>kernels</th><td class="off">skipped</td><td></td></tr>'
+        "</tbody></table></div></div>")
+    # the other two endings, word for word too
+    assert H._published(t, _sec(None)) == (
+        '<div id="t-t-linux-amd64-registry"><b>pull</b><pre>imgbuild pull t</pre>'
+        "<p>registry: not known (no registry given)</p></div>")
+    assert H._published(t, _sec(_pub(digest=None))) == (
+        '<div id="t-t-linux-amd64-registry"><b>pull</b><pre>imgbuild pull t</pre>'
+        "<p><code>reg/r:tag</code> is not in <code>reg/r</code></p></div>")
+    # a report stored without its tag said: an empty code, not the word None
+    html = H._published(t, _sec(replace(_pub(smoke=_smoke()), smoke_tag=None)))
+    assert "<b>smoke report</b> <code></code>: passed" in html
+
+
+def test_a_step_is_cut_in_the_middle_past_96_characters():
+    assert H._cut("x" * 96) == "x" * 96
+    assert H._cut("a" * 48 + "b" + "c" * 48) == "a" * 48 + "…" + "c" * 47
+
+
+def test_the_kernel_and_stage_words_and_colours():
+    assert [(H._kword(s), H._kclass(s)) for s in ("sass", "ptx", "jit", "none", "-", "odd")] == [
+        ("SASS", "ok"), ("PTX (JIT by the driver)", "warn"), ("JIT at first use", "off"),
+        ("nothing", "bad"), ("not needed", "off"), ("odd", "off")]
+    assert [H._sclass(s) for s in ("pass", "fail", "skipped")] == ["ok", "bad", "off"]
+
+
+def test_an_evidence_link_is_named_for_what_it_points_at():
+    from imgbuild.pipeline.report import anchor
+
+    # a target whose own name holds "-kernels-": the arch is after the last one
+    assert H._evidence_label(anchor("t", "my-kernels-test", "linux/amd64", "kernels",
+                                    "sm100")) == "kernels sm100"
+    assert H._evidence_label(anchor("t", "x", "linux/amd64", "registry")) == "registry"
+    assert H._evidence_label(anchor("t", "x", "linux/amd64", "lock")) == "lock"
+    assert H._evidence_label(anchor("t", "x", "linux/amd64", "plan")) == "plan"
+    assert H._evidence_label(anchor("t", "x", "linux/amd64")) == "plan"
+
+
+def test_a_package_an_arch_does_not_list_is_not_needed_there():
+    from imgbuild.pipeline.report import TargetSection
+
+    t = TargetSection("t", "", "sglang", "1", (), (), (), (), ())
+    sec = _sec(None)
+    from dataclasses import replace
+
+    sec = replace(sec, kernel_coverage=(("sm100", (("flashinfer", "sass"),)),
+                                        ("sm120", (("deep-gemm", "none"),))))
+    html = H._coverage(t, sec)
+    assert '<tr><th>deep-gemm</th><td class="off">not needed</td><td class="bad">nothing</td>' \
+        in html
+
+
+def test_a_targets_patches_and_its_refusal_are_on_its_section():
+    from imgbuild.pipeline.report import Report, TargetSection
+
+    t = TargetSection("t", "d", "sglang", "1", (), (), (
+        ("sglang-nvfp4-moe", "sglang >=0.5.16,<0.5.17", "NVFP4 MoE weights load", "sgl#123"),
+        ("other", "vllm ==0.6.5", "a fix", "")), (), (), error="no lock yet")
+    page = H._overrides(t)
+    assert page.endswith(
+        "<ul><li><code>sglang-nvfp4-moe</code> for sglang &gt;=0.5.16,&lt;0.5.17: NVFP4 MoE "
+        "weights load <small>upstream: sgl#123</small></li>"
+        "<li><code>other</code> for vllm ==0.6.5: a fix</li></ul>")
+    html = H._target(Report(None, (), (t,), ()), t)
+    assert '<p class="bad">does not plan: no lock yet</p>' in html
+
+
+def test_the_page_names_the_registry_it_read_and_is_written_again_in_place(tmp_path):
+    from imgbuild.pipeline.report import Report
+
+    page = H.render(Report("reg.example/acme", (), (), ()))
+    assert ", and what <code>reg.example/acme</code> holds (content tags, layers, stored " \
+           "smoke reports)" in page
+    assert "no registry was given" in H.render(Report(None, (), (), ()))
+    out = tmp_path / "site"
+    assert H.write(Report(None, (), (), ()), out) == out / "index.html"
+    assert H.write(Report(None, (), (), ()), out).read_text().startswith("<!doctype html>")
