@@ -126,6 +126,23 @@ def test_a_resolution_that_fails_names_the_target_and_touches_nothing(ws, uv):
     assert ws.target("tiny-cpu").lock_path.read_bytes() == lock
 
 
+def test_a_write_that_fails_part_way_puts_back_every_lock_it_wrote(ws, uv, monkeypatch):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "safetensors", "9.9.9")
+    locks = {r.lock_path: r.lock_path.read_bytes() for r in ws.platform_refs("tiny-cpu-multi")}
+    real, writes = od.write_lock, []
+
+    def second_fails(path, *a):
+        writes.append(path)
+        if len(writes) == 2:
+            raise OSError(28, "No space left on device")
+        return real(path, *a)
+    monkeypatch.setattr(od, "write_lock", second_fails)
+    with pytest.raises(OSError):
+        od.relock(ws, "tiny-cpu-multi", ["safetensors"])
+    assert len(writes) == 2 and {p: p.read_bytes() for p in locks} == locks
+
+
 def test_a_write_that_fails_puts_the_spec_back(ws, uv, monkeypatch):
     calls, answer = uv
     answer["body"] = lambda req, prefer: _bump(prefer, "compressed-tensors", "0.20.0")
@@ -275,6 +292,7 @@ def test_tags_are_read_page_after_page_and_a_missing_repository_has_none(monkeyp
     assert got[0] == ("GET", "nvidia/cuda/tags/list?n=1000", "repository:nvidia/cuda:pull",
                       (4, 30))
     assert od.registry_tags("nvidia/cuda", max_pages=1) == ["a", "b"]
+    assert got[-1][3] == (5, 30)  # by default 5 s to connect, 30 to read
     del pages["/v2/next?last=b"]  # the next page gone meanwhile: what was read is kept
     assert od.registry_tags("nvidia/cuda") == ["a", "b"]
     pages.clear()
@@ -290,3 +308,174 @@ def test_a_name_without_a_host_is_on_docker_hub_and_a_bare_one_in_library():
         "registry-1.docker.io", "library/ubuntu")
     assert od._repository_of("nvidia/cuda").path == "nvidia/cuda"
     assert od._repository_of("ghcr.io/acme/x").host == "ghcr.io"
+
+
+# --- what relock refuses, and a pin moved to its newest resolving release -----------------------
+
+def test_a_package_an_override_holds_is_refused_with_its_reason(ws, uv):
+    calls, _ = uv
+    t = ws.target("sglang-vllm-blackwell").target
+    ov = next(o for o in t.overrides if o.name == "torch")
+    with pytest.raises(InputError) as e:
+        od.relock(ws, "sglang-vllm-blackwell", ["torch"])
+    assert (e.value.message, e.value.facts, e.value.hint) == (
+        f"torch is held by an override in {t.path}: {ov.requirement}",
+        [f"reason: {ov.reason}"],
+        f"edit or remove the override in {t.path} (with its reason), then `imgbuild lock "
+        "sglang-vllm-blackwell`")
+    assert calls == []
+
+
+@pytest.fixture()
+def index(monkeypatch):
+    """The indexes' version lists, scripted: per package, the versions, or an unreachable
+    index; what was asked, and of which index."""
+    import requests
+    from packaging.version import Version
+
+    asked: list[tuple[str, str]] = []
+    lists: dict = {}
+
+    def index_versions(name, url):
+        asked.append((name, url))
+        got = lists.get(name, [])
+        if isinstance(got, Exception):
+            raise got
+        return [Version(v) for v in got]
+    monkeypatch.setattr(od, "index_versions", index_versions)
+    lists["_unreachable"] = requests.ConnectionError("refused")
+    return asked, lists
+
+
+def test_a_pin_named_alone_moves_to_its_newest_release_that_resolves(ws, uv, index):
+    calls, answer = uv
+    asked, lists = index
+    lists["compressed-tensors"] = ["0.19.0", "0.20.0", "0.21.0"]
+
+    def body(req, prefer):
+        if "compressed-tensors==0.21.0" in req.requirements:
+            raise ResolveError("no", facts=[
+                "Because torch==2.13.0 depends on compressed-tensors<0.21 and you require "
+                "compressed-tensors==0.21.0, we can conclude that..."])
+        return _bump(prefer, "compressed-tensors", "0.20.0")
+    answer["body"] = body
+    res = od.relock(ws, "tiny-cpu", ["compressed-tensors"], index_urls=["https://ix.example/"])
+    assert {url for _, url in asked} == {"https://ix.example/",
+                                         "https://download.pytorch.org/whl/cpu/"}
+    lock = ws.target("tiny-cpu").lock()
+    tries = [c for c in calls if c["upgrade"] == ("compressed-tensors",)][:2]
+    assert [("compressed-tensors==0.21.0" in c["req"].requirements,
+             "compressed-tensors==0.20.0" in c["req"].requirements) for c in tries] == [
+        (True, False), (False, True)]  # newest first
+    assert all(c["prefer"] is not None and c["index_urls"] == ("https://ix.example/",)
+               for c in tries)
+    assert res.spec_edits == ("images/tiny-cpu.yaml: requirements: compressed-tensors==0.19.0 "
+                              "→ compressed-tensors==0.20.0",)
+    assert lock.package("compressed-tensors").version == "0.20.0"
+
+
+def test_a_pin_none_of_whose_newer_releases_resolves_says_what_blocks_each(ws, uv, index):
+    calls, answer = uv
+    _, lists = index
+    lists["compressed-tensors"] = ["0.20.0", "0.21.0"]
+
+    def body(req, prefer):
+        raise ResolveError("no", facts=[
+            "Because torch==2.13.0 depends on compressed-tensors<0.20 and safetensors<0.9 and "
+            "you require compressed-tensors>=0.20, we can conclude that..."])
+    answer["body"] = body
+    spec = (ws.images / "tiny-cpu.yaml").read_text()
+    with pytest.raises(ResolveError) as e:
+        od.relock(ws, "tiny-cpu", ["compressed-tensors"])
+    assert e.value.message == "no newer compressed-tensors resolves for tiny-cpu"
+    assert e.value.facts == [
+        f"compressed-tensors {v}: blocked by torch==2.13.0 requires compressed-tensors<0.20; "
+        "images/tiny-cpu.yaml requires compressed-tensors>=0.20" for v in ("0.21.0", "0.20.0")]
+    assert e.value.hint == ("relax the pins named above in images/tiny-cpu.yaml, or add an "
+                            "override with a reason")
+    assert (ws.images / "tiny-cpu.yaml").read_text() == spec
+    assert all(c["prefer"] == ws.target("tiny-cpu").lock().body for c in calls)
+
+
+def test_a_pin_whose_releases_no_index_could_list_is_refused(ws, uv, index):
+    calls, _ = uv
+    _, lists = index
+    lists["compressed-tensors"] = lists["_unreachable"]
+    with pytest.raises(ResolveError) as e:
+        od.relock(ws, "tiny-cpu", ["compressed-tensors"], index_urls=["https://ix.example/"])
+    assert e.value.message == "cannot tell whether compressed-tensors has a newer release"
+    assert e.value.facts[0] == ("https://ix.example/ not checked for compressed-tensors: "
+                                "unreachable (ConnectionError)")
+    assert e.value.hint == "check the network, or give NAME==VERSION"
+    assert calls == []
+
+
+def test_an_engine_version_the_text_edit_cannot_find_is_left_to_the_user(ws, uv):
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "transformers", "5.18.0")
+    path = ws.images / "tiny-cpu.yaml"
+    text = path.read_text().replace('  version: "5.17.0"', '  version: >-\n    5.17.0')
+    path.write_text(text)
+    ws = Workspace(ws.images, ws.lockfiles, ws.wheels)
+    lock = ws.target("tiny-cpu").lock_path.read_bytes()
+    with pytest.raises(InputError) as e:
+        od.relock(ws, "tiny-cpu", ["transformers==5.18.0"])
+    assert (e.value.message, e.value.hint) == (
+        "cannot edit images/tiny-cpu.yaml by text (engine 5.17.0)",
+        "change it by hand to 5.18.0, then `imgbuild lock tiny-cpu`")
+    assert path.read_text() == text and ws.target("tiny-cpu").lock_path.read_bytes() == lock
+
+
+def test_an_edit_that_reads_back_as_other_requirements_is_undone(ws, uv, monkeypatch):
+    """The spec read back after the edit gives other requirements than the ones resolved
+    (here, a catalog read that does not see the edit): refused, and the spec put back."""
+    from imgbuild.catalog.catalog import load_catalog
+
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "compressed-tensors", "0.20.0")
+    before = load_catalog(list(ws.layers))
+    monkeypatch.setattr(od, "load_catalog", lambda layers: before)
+    spec = (ws.images / "tiny-cpu.yaml").read_text()
+    with pytest.raises(InputError) as e:
+        od.relock(ws, "tiny-cpu", ["compressed-tensors==0.20.0"])
+    assert e.value.message == ("editing images/tiny-cpu.yaml gave other requirements than "
+                               "intended")
+    assert e.value.facts[0].startswith("intended [") and "compressed-tensors==0.20.0" in \
+        e.value.facts[0]
+    assert e.value.facts[1].startswith("got [") and "compressed-tensors==0.19.0" in \
+        e.value.facts[1]
+    assert e.value.hint == "edit the spec by hand"
+    assert (ws.images / "tiny-cpu.yaml").read_text() == spec
+
+
+def test_a_projects_multi_platform_target_moves_both_locks_in_the_project(tmp_path, uv,
+                                                                          monkeypatch):
+    """A project's target that extends the built-in one: every platform's lock is written in
+    the project's lockfiles/, read through the project's layers (its own over the built-in)."""
+    from .test_project import project
+
+    calls, answer = uv
+    answer["body"] = lambda req, prefer: _bump(prefer, "safetensors", "9.9.9")
+    proj = project(tmp_path / "p", {"images/tiny-cpu-multi.yaml": "extends: tiny-cpu-multi\n"})
+    monkeypatch.delenv("IMGBUILD_IMAGES", raising=False)
+    monkeypatch.delenv("IMGBUILD_LOCKFILES", raising=False)
+    ws = Workspace.open(cwd=proj)
+    # A write that fails on the second platform: the first platform's lock is taken back too.
+    real, writes = od.write_lock, []
+
+    def second_fails(path, *a):
+        writes.append(path)
+        if len(writes) == 2:
+            raise OSError(28, "No space left on device")
+        return real(path, *a)
+    monkeypatch.setattr(od, "write_lock", second_fails)
+    with pytest.raises(OSError):
+        od.relock(ws, "tiny-cpu-multi", ["safetensors"])
+    assert not (proj / "lockfiles").exists() or list((proj / "lockfiles").iterdir()) == []
+    monkeypatch.setattr(od, "write_lock", real)
+    calls.clear()
+    res = od.relock(Workspace.open(cwd=proj), "tiny-cpu-multi", ["safetensors"])
+    assert res.written and len(calls) == 2
+    again = Workspace.open(cwd=proj).platform_refs("tiny-cpu-multi")
+    assert [r.lock_path.parent for r in again] == [proj / "lockfiles"] * 2
+    assert [r.lock().package("safetensors").version for r in again] == ["9.9.9", "9.9.9"]

@@ -700,6 +700,13 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
                             "target allows")
     spec_path = ws.images / f"{target}.yaml"
     original = spec_path.read_text() if edits else None
+    # Each lock written, with what its path held before (None: nothing): a failure part-way
+    # puts every one back, as it puts the spec back.
+    replaced: list[tuple[Path, str | None]] = []
+
+    def put(path: Path, r: LockRequest, b: str) -> None:
+        replaced.append((path, path.read_text() if path.exists() else None))
+        write_lock(path, r, b, uv_version())
     try:
         if edits:
             text = original
@@ -720,11 +727,19 @@ def relock(ws: Workspace, target: str, upgrade: list[str], *,
                                  hint="edit the spec by hand")
         else:
             req2 = req
-        write_lock(lock_dir / req2.filename(), req2, body, uv_version())
+        put(lock_dir / req2.filename(), req2, body)
         for platform, _, obody in others:
-            oref = Workspace(ws.images, ws.lockfiles, ws.wheels, ws.base).target(target, platform)
-            write_lock(oref.lock_path, oref.request, obody, uv_version())
+            # The edited spec's request for that platform; its lock goes where the first went
+            # (the project's lockfiles/), never over a built-in lock it was read from.
+            oreq = Workspace(ws.images, ws.lockfiles, ws.wheels, ws.base).target(
+                target, platform).request
+            put(lock_dir / oreq.filename(), oreq, obody)
     except BaseException:
+        for path, before in reversed(replaced):
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_text(path, before)
         if original is not None:
             atomic_write_text(spec_path, original)
         raise
