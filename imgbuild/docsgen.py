@@ -405,7 +405,8 @@ def exit_codes_reference() -> str:
 
 def _machine(m: dict | None) -> str:
     m = m or {}
-    date = str(m.get("date", "date not recorded"))[:10]
+    # the day of a recorded date (an ISO time cut to YYYY-MM-DD); the words when none is
+    date = str(m["date"])[:10] if m.get("date") else "date not recorded"
     return f"{m.get('cpu', 'a machine')}, {m.get('cores', '?')} cores, {date}"
 
 
