@@ -922,3 +922,73 @@ def test_the_human_report_word_for_word():
         "PASS    environment        0.25s  all good\n"
         "SKIPPED checkpoint-cpu     0.00s  no --model given\n"
         "smoke: ok")
+
+
+# --- smokegen.py as a command: its arguments reach generate(), its words -------------------------
+
+@pytest.fixture()
+def generated(monkeypatch):
+    """generate() stood in for (tests/test_smokemodel.py makes real checkpoints): what it was
+    asked, and a 2.5 MB directory as its answer; or the error it is told to raise."""
+    asked: dict = {}
+
+    def generate(spec, out_dir, *, overwrite=False, key=None):
+        asked.update(spec=spec, out_dir=out_dir, overwrite=overwrite, key=key)
+        if asked.get("raise"):
+            raise asked["raise"]
+        (out_dir / "sub").mkdir(parents=True)
+        (out_dir / "sub" / "model.safetensors").write_bytes(b"\0" * 2_500_000)
+        return out_dir
+    monkeypatch.setattr(smokegen, "generate", generate)
+    return asked
+
+
+def test_smokegen_hands_its_arguments_to_generate_and_says_what_it_made(tmp_path, capsys,
+                                                                        generated):
+    out = tmp_path / "ck"
+    assert smokegen.main([str(out), "--scheme", "NVFP4A16", "--seed", "3", "--name", "x",
+                          "--force", "--key", "k" * 20]) == 0
+    spec = generated["spec"]
+    assert (spec.scheme, spec.seed, spec.name) == ("NVFP4A16", 3, "x")
+    assert (generated["out_dir"], generated["overwrite"], generated["key"]) == (out, True,
+                                                                                "k" * 20)
+    said = capsys.readouterr().out
+    assert said.startswith(f"{out}  (2.50 MB, key {'k' * 16}, ") and said.endswith("s)\n")
+    generated.clear()
+    assert smokegen.main([str(tmp_path / "two")]) == 0
+    assert generated["overwrite"] is False and generated["spec"] == smokegen.SmokeModelSpec()
+    assert f"key {smokegen.SmokeModelSpec().key()[:16]}, " in capsys.readouterr().out
+
+
+def test_smokegen_refuses_a_bad_spec_or_an_existing_directory_on_stderr(tmp_path, capsys,
+                                                                        generated):
+    assert smokegen.main([str(tmp_path / "ck"), "--name", "a/b"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.startswith("error: name 'a/b' must be non-empty")
+    generated["raise"] = FileExistsError(f"{tmp_path / 'ck'} exists; pass overwrite=True (CLI: "
+                                         "--force) to replace it")
+    assert smokegen.main([str(tmp_path / "ck")]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == (f"error: {tmp_path / 'ck'} exists; pass overwrite=True "
+                                         "(CLI: --force) to replace it\n")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--help"], None),
+    (["out", "--scheme", "INT4"], "invalid choice: 'INT4'"),
+    (["out", "--seed", "x"], "invalid int value: 'x'"),
+])
+def test_smokegens_usage_and_what_it_refuses_before_anything_is_made(capsys, generated, argv,
+                                                                     said):
+    with pytest.raises(SystemExit) as e:
+        smokegen.main(argv)
+    got = capsys.readouterr()
+    if said is None:
+        assert e.value.code == 0
+        assert got.out.startswith("usage: smokegen.py ")
+        for words in ("Generate the NVFP4 smoke checkpoint", "directory to create",
+                      "replace out_dir if it exists", "{FP8-ATTN+NVFP4-MLP,NVFP4,NVFP4A16}"):
+            assert words in " ".join(got.out.split()), words
+    else:
+        assert e.value.code == 2 and said in got.err
+    assert generated == {}
