@@ -1066,3 +1066,81 @@ def test_smokegens_usage_and_what_it_refuses_before_anything_is_made(capsys, gen
     else:
         assert e.value.code == 2 and said in got.err
     assert generated == {}
+
+
+# --- smoke.py as the image runs it: its stages' plain data, its usage ---------------------------
+
+def test_the_cpu_stages_report_each_missing_input_and_what_they_ran(tmp_path, monkeypatch):
+    for var in ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(var, raising=False)
+    ran = []
+    monkeypatch.setattr(smoke, "check_checkpoint", lambda model: (
+        ran.append(model) or (smoke.PASS, "loads", {"model": str(model)})))
+    report = smoke._run_cpu_stages(tmp_path / "no-lock.txt", tmp_path / "no-model")
+    assert [(s["name"], s["status"], s["reason"]) for s in report["stages"]] == [
+        ("environment", smoke.FAIL, f"lock file {tmp_path / 'no-lock.txt'} not found"),
+        ("checkpoint-cpu", smoke.FAIL, f"model directory {tmp_path / 'no-model'} not found")]
+    assert report["ok"] is False and ran == []
+    # the image has no network: nothing may try the hub
+    assert (os.environ["HF_HUB_OFFLINE"], os.environ["TOKENIZERS_PARALLELISM"]) == ("1", "false")
+    (tmp_path / "model").mkdir()
+    report = smoke._run_cpu_stages(None, tmp_path / "model")
+    assert ran == [tmp_path / "model"]
+    assert report["stages"][1]["details"] == {"model": str(tmp_path / "model")}
+    assert report["ok"] is True
+
+
+def test_a_stage_is_timed_from_its_start_to_its_end(monkeypatch):
+    from types import SimpleNamespace
+
+    clock = iter([100.0, 100.25])
+    monkeypatch.setattr(smoke, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    got = smoke._stage("x", lambda: (smoke.PASS, "ok", {}))
+    assert got == {"name": "x", "status": smoke.PASS, "reason": "ok", "duration_s": 0.25,
+                   "details": {}}
+
+
+def test_the_gpu_stage_skips_in_its_own_words(monkeypatch, tmp_path):
+    import builtins
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert smoke.check_gpu(tmp_path, {}, "sglang", "auto") == (smoke.SKIPPED, "skipped: no GPU",
+                                                               {})
+    real = builtins.__import__
+
+    def no_torch(name, *a, **kw):
+        if name == "torch":
+            raise ImportError(name)
+        return real(name, *a, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    assert smoke.check_gpu(tmp_path, {}, "sglang", "auto") == (
+        smoke.SKIPPED, "skipped: no torch in the image", {})
+
+
+def test_the_engine_scheme_stage_names_the_engine_it_skips_for(tmp_path):
+    assert smoke.check_engine_schemes(None, {}, tmp_path)[:2] == (
+        smoke.SKIPPED, "skipped: no serving engine in this image (none)")
+    assert smoke.check_engine_schemes(None, {"engine": "transformers"}, tmp_path)[:2] == (
+        smoke.SKIPPED, "skipped: no serving engine in this image (transformers)")
+
+
+def test_smokes_usage_says_each_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        smoke.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for words in ("smoke checkpoint directory (with imgbuild-reference/)",
+                  "print the report as JSON", "--gpu {auto,off,require}",
+                  "stage 4, the engine on a GPU: auto runs it where a GPU is, require fails "
+                  "without one", "the image's facts (archs, engine)",
+                  "--engine {sglang,vllm,transformers}"):
+        assert words in out, words
+
+
+def test_smoke_reads_its_model_as_a_path(tmp_path, capsys):
+    assert smoke.main(["--model", str(tmp_path / "absent"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    [stage] = [s for s in report["stages"] if s["name"] == "checkpoint-cpu"]
+    assert stage["reason"] == f"model directory {tmp_path / 'absent'} not found"
