@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -331,6 +332,10 @@ def test_cubin_arch_reads_the_sm_from_a_cuda_elf_only():
     assert smoke.cubin_arch(_cubin(100, machine=62)) is None  # x86-64, not CUDA
     assert smoke.cubin_arch(b"\x7fELF" + bytes(20)) is None  # too short
     assert smoke.cubin_arch(b"MZ" + bytes(62)) is None
+    # an ELF header is 52 bytes at least, and e_flags its last field: 52 is enough
+    assert smoke.cubin_arch(_cubin(100)[:52]) == 100
+    # a CUDA machine number without the ELF magic is no cubin
+    assert smoke.cubin_arch(b"MZ\0\0" + _cubin(100)[4:]) is None
     assert smoke._sm("sm_100a") == 100 and smoke._sm("sm120") == 120
 
 
@@ -760,9 +765,15 @@ def test_generation_compared_through_the_first_divergence_only():
 # --- the toolchain stage past nvcc: cpp_extension and FlashInfer's JIT ----------------------------
 
 NVCC_PY = r'''#!/usr/bin/env python3
-# nvcc cannot run here: writes the cubin (a CUDA ELF for the asked sm) where -o says.
-import re, struct, sys
+# nvcc cannot run here: writes the cubin (a CUDA ELF for the asked sm) where -o says. As nvcc
+# does, it wants -cubin for a cubin, and a .cu source that is there; each call is logged.
+import json, os, re, struct, sys
 args = sys.argv[1:]
+with open(os.environ["NVCC_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\n")
+src = args[-1]
+if "-cubin" not in args or not src.endswith(".cu") or not os.path.isfile(src):
+    sys.exit(f"nvcc fatal   : Don't know what to do with '{src}'")
 sm = int(re.search(r"-arch=sm_(\d+)", " ".join(args)).group(1))
 elf = bytearray(64)
 elf[:4] = b"\x7fELF"
@@ -790,11 +801,19 @@ def toolchain(tmp_path, monkeypatch):
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"
     nvcc.write_text(NVCC_PY)
     nvcc.chmod(0o755)
+    monkeypatch.setenv("NVCC_LOG", str(tmp_path / "nvcc.log"))
     for var in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.setenv(var, str(tmp_path / "before"))  # put back after; never the cwd
     built = {}
 
-    def load_inline(*, name, build_directory, functions, **kw):
+    def load_inline(*, name, build_directory, functions, cpp_sources, cuda_sources,
+                    verbose=False):
+        # what the compiler would insist on: each function declared in the C++ source is
+        # defined, with the same signature, in the CUDA source; no build log on stdout
+        for decl in re.findall(r"^(.+\));$", cpp_sources, re.M):
+            assert decl + " {" in cuda_sources, decl
+        assert [f"{f}(" in cpp_sources for f in functions] == [True] * len(functions)
+        assert verbose is False
         built.update(name=name, functions=functions, arch=os.environ["TORCH_CUDA_ARCH_LIST"])
         (Path(build_directory) / f"{name}.so").write_bytes(b"")
         return types.SimpleNamespace(**{f: object() for f in functions})
@@ -822,6 +841,35 @@ def test_the_toolchain_stage_compiles_for_each_arch_then_builds_an_extension(too
         f"extension for 10.0;12.0 in {ext['seconds']} s; FlashInfer JIT skipped: "
         f"flashinfer.jit.activation: {details['flashinfer_jit']['skipped']}"[:len(reason)])
     assert os.environ["FLASHINFER_CUDA_ARCH_LIST"] == "10.0a 12.0a"
+
+
+def test_the_toolchain_stage_asks_nvcc_for_a_cubin_per_arch_and_times_each_step(
+        toolchain, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    facts, _ = toolchain
+    ticks = iter(range(100))  # an eighth of a second a step: rounding shows
+    monkeypatch.setattr(smoke, "time", SimpleNamespace(perf_counter=lambda: next(ticks) / 8))
+    status, reason, details = smoke.check_toolchain(facts | {"toolchain": {
+        "cuda_home": facts["toolchain"]["cuda_home"]}})  # no nvcc version recorded
+    assert status == smoke.PASS, reason
+    log = [json.loads(line) for line in (tmp_path / "nvcc.log").read_text().splitlines()]
+    assert [a[:2] for a in log] == [["-cubin", "-arch=sm_100a"], ["-cubin", "-arch=sm_120a"]]
+    for a in log:
+        assert a[2] == "-o" and Path(a[-1]).name == "axpy.cu"
+        assert Path(a[-1]).parent.name.startswith("imgbuild-tc-")  # its own scratch directory
+    assert details["nvcc"] == str(tmp_path / "cuda" / "bin" / "nvcc")
+    assert details["cubins"] == {"sm100": {"seconds": 0.12, "sm": 100},
+                                 "sm120": {"seconds": 0.12, "sm": 120}}  # to the hundredth
+    assert details["cpp_extension"]["seconds"] == 0.1  # to the tenth
+    assert reason.startswith("nvcc  compiled for sm_100a, sm_120a; ")  # no version: none said
+
+
+def test_the_toolchain_stage_without_nvcc_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda")
+    assert smoke.check_toolchain({"toolchain": {"cuda_home": str(tmp_path)},
+                                  "archs": ["sm100"]}) == (
+        smoke.FAIL, f"no nvcc at {tmp_path / 'bin' / 'nvcc'} (CUDA_HOME=/usr/local/cuda)", {})
 
 
 def test_the_toolchain_stage_fails_without_a_host_compiler_or_a_loaded_function(toolchain,
