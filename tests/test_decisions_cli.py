@@ -373,3 +373,13 @@ def test_the_command_line_installs_its_signal_handlers_and_a_caller_keeps_its_ow
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
     capsys.readouterr()
+
+
+def test_the_output_is_made_as_the_common_options_ask(monkeypatch, capsys):
+    made = []
+    real = cli_console.make_output
+    monkeypatch.setattr(cli_console, "make_output", lambda as_json, progress="auto": (
+        made.append((as_json, progress)) or real(as_json, progress)))
+    assert main(["list", "--progress", "plain", "--json"]) == 0
+    assert main(["list"]) == 0
+    assert made == [(True, "plain"), (False, "auto")]
