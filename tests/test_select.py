@@ -211,3 +211,73 @@ def test_selections_refusals_word_for_word(cat):
                   model=None)
     assert slim.flavor == "slim" and slim.reasoning[-2].endswith(
         "(slim: CUDA 13.0 libraries from the torch wheels only)")
+
+
+def test_more_of_selections_refusals_word_for_word(cat):
+    t = cat.target("sglang-blackwell")
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm100", "sm120"), flavor="slim",
+               lock=_lock_with_torch(cat, "2.14.1+cpu"), model=None)
+    assert (e.value.message, e.value.hint) == (
+        "torch 2.14.1+cpu is the CPU build: it cannot drive sm100, sm120",
+        "lock a CUDA build of torch (PyPI's Linux wheels are CUDA builds)")
+    # A local +cu build cuda.yaml does not list: no other build of it to offer.
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm121",), flavor="slim",
+               lock=_lock_with_torch(cat, "2.0.0+cu128"), model=None)
+    assert e.value.hint == ("use a newer torch (images/cuda.yaml lists which CUDA each is built "
+                            "for), or drop the arch from the target")
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm35",), flavor="slim", lock=_lock_with_torch(cat, "2.14.1"),
+               model=None)
+    assert (e.value.message, e.value.hint) == (
+        "no CUDA in images/cuda.yaml compiles for sm35",
+        "add the CUDA release that brings it to images/cuda.yaml")
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm80", "sm90"), flavor="slim",
+               lock=_lock_with_torch(cat, "2.14.1"), model=cat.model("tiny-nvfp4"))
+    assert e.value.hint == ("on sm80, sm90 use a BF16 or FP8 build of the model, or a "
+                            "Blackwell target (--arch B200 / --arch 'RTX PRO 6000')")
+    lock = WS.target("sglang-blackwell").lock()
+    no_nvcc = dataclasses.replace(lock, packages=tuple(p for p in lock.packages
+                                                       if p.name != "nvidia-cuda-nvcc"))
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm100",), flavor="devel", lock=no_nvcc, model=None)
+    assert (e.value.facts, e.value.hint) == (
+        ["images/sglang-blackwell.yaml: flavor: devel",
+         f"images/bases.yaml: toolchain: {cat.toolchain.requirement} is added to devel locks"],
+        "set `flavor: devel` in images/sglang-blackwell.yaml and run `imgbuild lock "
+        "sglang-blackwell`, or use --flavor slim / cuda-devel")
+    with pytest.raises(InputError) as e:
+        select(cat, t, archs=("sm100",), flavor="cuda-devel", lock=lock, model=None)
+    assert e.value.facts[-1].startswith("images/bases.yaml has: 12.8 on ubuntu22.04, ")
+    assert e.value.hint == ("use --flavor devel (the toolkit from NVIDIA's wheels) or slim, or "
+                            "add the release to images/bases.yaml")
+
+
+def test_a_cuda_devel_base_without_a_recorded_digest_says_how_to_pin_it(cat):
+    hopper = cat.target("sglang-hopper")
+    lock = WS.target("sglang-hopper").lock()
+    pinned = select(cat, hopper, archs=("sm90",), flavor="cuda-devel", lock=lock, model=None)
+    assert "not pinned by digest" not in " ".join(pinned.reasoning)
+    unpinned = dataclasses.replace(cat, cuda_images=dataclasses.replace(cat.cuda_images,
+                                                                       digests={}))
+    sel = select(unpinned, hopper, archs=("sm90",), flavor="cuda-devel", lock=lock, model=None)
+    assert sel.base_image == "nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04"
+    assert sel.reasoning[2].endswith(
+        "(cuda-devel: nvidia/cuda's nvcc for FlashInfer/DeepGEMM JIT); not pinned by digest: "
+        "`imgbuild base refresh-digests`")
+
+
+def test_cuda_releases_are_taken_in_version_order_not_text_order(cat):
+    """13.10 comes after 13.2: an arch 13.2 adds is there for 13.2, whatever 13.10 does."""
+    from imgbuild.plan.select import supports
+
+    r = next(iter(cat.cuda.values()))
+    releases = dict(cat.cuda) | {
+        "13.2": dataclasses.replace(r, adds=("sm110",), drops=()),
+        "13.10": dataclasses.replace(r, adds=(), drops=("sm110",))}
+    later = dataclasses.replace(cat, cuda=releases)
+    assert supports(later, "13.2", "sm110") is True
+    assert supports(later, "13.10", "sm110") is False
+    assert supports(later, "13.0", "sm110") is False
