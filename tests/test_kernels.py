@@ -4,6 +4,7 @@ wheel that lacks an arch refusing a target before anything is built."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -230,3 +231,45 @@ def test_coverages_refusals_word_for_word(ws):
     # A package the lock does not hold is not judged.
     assert coverage.judge({"packages": {}}, EngineKernels("sglang", (every,), ()), ("sm100",),
                           lock, "x").files == ()
+
+
+def test_more_of_coverages_refusals_word_for_word(ws):
+    lock = ws.target("tiny-cpu").lock()
+    two = KernelRule("fa", ("fa/_C*.so", "fa/_X*.so"), ("sm100", "sm120"), "attention", True)
+    with pytest.raises(InputError) as e:
+        coverage.judge(_record({}), EngineKernels("sglang", (two,), ()), ("sm100", "sm120"),
+                       lock, "x")
+    assert (e.value.message, e.value.facts) == (
+        "fa 3.0 has no fa/_C*.so or fa/_X*.so in its wheel for this platform, needed on sm100, "
+        "sm120",
+        ["images/checks/kernels.yaml: fa is required on sm100, sm120: attention",
+         "fa-3.0-cp311-linux_aarch64.whl has: no .so"])
+    anywhere = KernelRule("fa", (), (), "", True)
+    with pytest.raises(InputError) as e:
+        coverage.judge(_record({}), EngineKernels("sglang", (anywhere,), ()), ("sm100",), lock,
+                       "x")
+    assert e.value.message.startswith("fa 3.0 has no .so in its wheel")
+    assert e.value.facts[0] == "images/checks/kernels.yaml: fa is required on every arch"
+    on_100 = KernelRule("fa", ("fa/_D*.so",), ("sm100",), "attention", True)
+    with pytest.raises(InputError) as e:
+        coverage.judge(_record({"fa/_D.so": {"codes": [], "sha256": "2" * 64}}),
+                       EngineKernels("sglang", (on_100,), ()), ("sm100",), lock, "x")
+    assert e.value.facts[0] == ("fa/_D.so carries no GPU code at all (read from the locked "
+                                "wheel's .nv_fatbin; x)")
+    assert e.value.facts[2] == "images/checks/kernels.yaml: fa is required on sm100: attention"
+
+
+def test_a_record_read_from_the_wheels_is_kept_beside_the_lock_by_default(ws, monkeypatch):
+    ref = ws.target("sglang-blackwell")
+    lock = ref.lock()
+    rules = ws.kernel_rules["sglang"]
+    written = []
+    monkeypatch.setattr(coverage.kernels, "read_record", lambda path, lock_digest, digest: None)
+    monkeypatch.setattr(coverage.kernels, "make_record", lambda *a, **kw: ({"packages": {}}, 0))
+    monkeypatch.setattr(coverage.kernels, "write_record", lambda path, doc: written.append(path))
+    mine = dataclasses.replace(ref, builtin=False)
+    assert coverage.ensure_record(mine, lock, rules) == ({"packages": {}}, True)
+    assert written == [coverage.kernels.record_path(ref.lock_path)]
+    coverage.ensure_record(mine, lock, rules, write=False)
+    coverage.ensure_record(dataclasses.replace(ref, builtin=True), lock, rules)
+    assert len(written) == 1  # not when asked not to, nor over a built-in lock's record
