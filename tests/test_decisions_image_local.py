@@ -356,6 +356,8 @@ def test_an_image_is_measured_inside_itself_with_python3_else_python(monkeypatch
            "by_owner_kind": {"/usr": {"other": 10}}, "duplicates": []}
 
     def run_cli(args, **kw):
+        # its output read as text, and a probe of a large image given half an hour
+        assert kw == {"capture_output": True, "text": True, "timeout": 1800}
         tried.append(args[args.index("--entrypoint") + 1])
         assert args[:6] == ["run", "--rm", "--network", "none", "--user", "0"]
         assert args[-2:] == ["-c", Path(sizeprobe.__file__).read_text()]
@@ -367,6 +369,7 @@ def test_an_image_is_measured_inside_itself_with_python3_else_python(monkeypatch
         history=lambda image: [{"CreatedBy": "RUN x", "Size": 10}])))
     got = sizes.measure("reg/img:t")
     assert tried == ["python3", "python"] and got.total == 10
+    assert got.image == "reg/img:t" and got.layers == (("RUN x", 10),)
 
 
 def test_an_image_without_python_or_not_here_is_said_so(monkeypatch):
@@ -380,15 +383,19 @@ def test_an_image_without_python_or_not_here_is_said_so(monkeypatch):
         sizes.measure("reg/img:t")
     assert e.value.message == "could not read reg/img:t's files"
     assert e.value.facts == ["line 1", "exec: python: executable file not found in $PATH"]
+    assert e.value.hint == ("the breakdown runs Python inside the image; an image without "
+                            "python3 or python cannot be measured this way")
 
     def missing(image):
-        raise RuntimeError("404 Client Error: No such image: reg/img:t")
+        raise RuntimeError("404 Client Error: No such image: reg/img:t " + "x" * 300)
     monkeypatch.setattr(sizes, "docker_client", lambda: SimpleNamespace(api=SimpleNamespace(
         history=missing)))
     with pytest.raises(InputError) as e:
         sizes.measure("reg/img:t")
     assert e.value.message == "image reg/img:t is not here"
-    assert e.value.facts == ["404 Client Error: No such image: reg/img:t"]
+    said = "404 Client Error: No such image: reg/img:t " + "x" * 300
+    assert e.value.facts == [said[:200]]  # the Engine's words, cut to 200 characters
+    assert e.value.hint == "build or pull it first"
 
 
 # --- where the builder's base comes from ------------------------------------------------------
