@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -273,3 +274,55 @@ def test_a_record_read_from_the_wheels_is_kept_beside_the_lock_by_default(ws, mo
     coverage.ensure_record(mine, lock, rules, write=False)
     coverage.ensure_record(dataclasses.replace(ref, builtin=True), lock, rules)
     assert len(written) == 1  # not when asked not to, nor over a built-in lock's record
+
+
+# --- fat binaries as nvcc lays them out, built here byte by byte -------------------------------
+
+def _fat_entry(kind: int, arch: int, flags: int = 0, *, header: int = 64,
+               payload: bytes = b"\0" * 32) -> bytes:
+    head = bytearray(header)
+    fatbin.ENTRY_HEAD.pack_into(head, 0, kind, 1, header, len(payload))
+    struct.pack_into("<I", head, 28, arch)
+    struct.pack_into("<Q", head, 40, flags)
+    return bytes(head) + payload
+
+
+def _fat(*entries: bytes, hsize: int = 16) -> bytes:
+    body = b"".join(entries)
+    return fatbin.FATBIN_HEADER.pack(0xBA55ED50, 1, hsize, len(body)) + b"\0" * (hsize - 16) \
+        + body
+
+
+def test_an_entry_header_of_48_bytes_holds_all_that_is_read():
+    """The arch (offset 28) and the flags (offset 40, 8 bytes) end at 48: the shortest header
+    that says what its payload is for."""
+    got = fatbin.scan([_fat(_fat_entry(fatbin.KIND_ELF, 100, fatbin.ARCH_SPECIFIC, header=48))])
+    assert got == {fatbin.Code("sass", 100, "a")}
+
+
+def test_a_header_of_another_size_is_magic_by_chance():
+    body = _fat_entry(fatbin.KIND_ELF, 90)
+    assert fatbin.scan([_fat(body, hsize=24)]) == set()
+    assert fatbin.scan([_fat(body, hsize=24) + _fat(_fat_entry(fatbin.KIND_PTX, 120))]) == {
+        fatbin.Code("ptx", 120)}
+
+
+def test_a_fat_binary_whose_entries_do_not_add_up_does_not_end_the_scan():
+    bad = _fat(_fat_entry(fatbin.KIND_ELF, 90), _fat_entry(7, 100))  # kind 7: no such entry
+    good = _fat(_fat_entry(fatbin.KIND_ELF, 120, fatbin.FAMILY_SPECIFIC))
+    assert fatbin.scan([bad + b"padding" + good]) == {fatbin.Code("sass", 120, "f")}
+
+
+def test_family_ptx_runs_within_its_major_only():
+    family = fatbin.Code("ptx", 100, "f")
+    assert family.runs_on(100) and family.runs_on(103)
+    assert not family.runs_on(120) and not family.runs_on(90)
+    assert fatbin.Code("ptx", 100).runs_on(120)  # plain PTX: any arch at least as new
+
+
+def test_the_window_skips_what_it_was_told_across_chunks():
+    w = fatbin._Window(iter([b"0123", b"4567", b"89ab", b"cdef"]))
+    assert w.peek(2) == b"01"
+    w.skip(6)  # past the buffer: the rest is dropped from the stream ahead
+    w.skip(3)
+    assert w.peek(3) == b"9ab"
