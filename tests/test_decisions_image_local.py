@@ -601,3 +601,51 @@ def test_a_pulled_base_like_cuda_is_left_to_the_build(bases):
     base.ensure_local(bases.client, SimpleNamespace(key="cuda", image="nvidia/cuda:x",
                                                     bootstrap=None), None)
     assert bases.pulled == []
+
+
+def _dist(site, name: str, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("".join(f"{r},sha256=x,{len(d)}\n" for r, d in files.items()))
+
+
+def test_the_probe_reads_venvs_five_levels_down_under_the_usual_places_only(tmp_path):
+    """A venv's site-packages five levels below /opt is read; one deeper is not, nor one
+    outside the places images keep venvs (their files are their top directory's); every
+    distribution of a site-packages is read, whatever else lies there."""
+    root = tmp_path / "image"
+    _dist(root / "opt/a/venv/lib/python3.11/site-packages", "five", {"five/x.py": b"5\n"})
+    _dist(root / "opt/a/b/venv/lib/python3.11/site-packages", "six", {"six/x.py": b"6\n"})
+    _dist(root / "srv/venv/lib/python3.11/site-packages", "srv", {"srvpkg/x.py": b"s\n"})
+    many = root / "opt/m/lib/python3.11/site-packages"
+    for n in range(12):  # directories and dist-infos side by side, in the directory's order
+        _dist(many, f"d{n}", {f"d{n}/x.py": b"d\n"})
+    got = sizeprobe.measure(str(root))["by_owner"]
+    assert "five" in got and "six" not in got and "srv" not in got
+    assert {f"d{n}" for n in range(12)} <= set(got)
+    assert got["/srv"] > 0 and got["/opt"] > 0
+
+
+def test_duplicates_are_listed_by_the_bytes_their_copies_waste(tmp_path):
+    """Size times copies beyond the first: many small copies can waste more than a big one
+    twice, and the other way round."""
+    import os
+
+    mib = sizeprobe.BIG
+
+    def listed(groups: dict[str, tuple[int, int]], where) -> list[str]:
+        (where / "usr/lib").mkdir(parents=True)
+        for name, (size, copies) in groups.items():
+            data = os.urandom(size)
+            for n in range(copies):
+                (where / f"usr/lib/{name}{n}.so").write_bytes(data)
+        return [d["paths"][0].rsplit("/", 1)[1].removesuffix("0.so") for d in
+                sizeprobe.measure(str(where))["duplicates"]]
+    # 4 MiB twice wastes 4 MiB; 1.5 MiB three times wastes 3 MiB
+    assert listed({"big": (4 * mib, 2), "mid": (3 * mib // 2, 3)}, tmp_path / "one") == [
+        "big", "mid"]
+    # 1 MiB five times wastes 4 MiB; 2 MiB twice wastes 2 MiB
+    assert listed({"many": (mib, 5), "two": (2 * mib, 2)}, tmp_path / "two") == ["many", "two"]
