@@ -391,3 +391,129 @@ def test_a_bad_launch_entry_word_for_word(tmp_path, change, said):
     with pytest.raises(SpecError) as e:
         load_launch(tmp_path / "images")
     assert e.value.message == f"images/checks/launch.yaml: engines.transformers.{said}"
+
+
+def _launch_yaml(tmp_path, edit):
+    """images/checks/launch.yaml as shipped, edited; the images/ it lies in."""
+    import copy
+
+    import yaml
+
+    from .conftest import ROOT
+
+    doc = copy.deepcopy(yaml.safe_load((ROOT / "images" / "checks" / "launch.yaml").read_text()))
+    edit(doc)
+    (tmp_path / "images" / "checks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "images" / "checks" / "launch.yaml").write_text(yaml.safe_dump(doc,
+                                                                               sort_keys=False))
+    return tmp_path / "images"
+
+
+def _tf(**change):
+    return lambda d: d["engines"]["transformers"].update(change)
+
+
+def _at(*path, value):
+    def edit(d):
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+    return edit
+
+
+FLAGS = ["--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--addr", "{leader}"]
+ADD_TGI = _at("engines", "tgi", value={"command": ["tgi", "{model}"], "port": 1})
+
+
+@pytest.mark.parametrize("edit, said", [
+    (_tf(health="/health check"), "engines.transformers.health: expected an absolute path such "
+     "as /health, no spaces, got '/health check'"),
+    (_tf(phases={"loading": "x"}), "engines.transformers.phases.ready: expected the log line "
+     "that says the server is ready (required: the other phases are optional)"),
+    (_tf(phases={"ready": 3}), "engines.transformers.phases.ready: expected a regular "
+     "expression (Python re) in quotes (YAML read a number), got 3"),
+    (_tf(ulimits={"nofile": "lots"}), "engines.transformers.ulimits.nofile: expected an integer "
+     "(-1: unlimited) or {soft: N, hard: N}, got 'lots'"),
+    (_tf(ulimits={"nofile": -2}), "engines.transformers.ulimits.nofile: expected -1 (unlimited) "
+     "or a value >= 0, got -2"),
+    (_tf(ulimits={"nofile": {"soft": 5, "hard": 2}}), "engines.transformers.ulimits.nofile: "
+     "expected soft <= hard (-1 is unlimited), got {'soft': 5, 'hard': 2}"),
+    (_tf(multi_node={"flags": FLAGS[:2]}), "engines.transformers.multi_node.flags: expected "
+     "flags that use every one of {leader}, {nnodes}, {node_rank}, got 'no {leader}, "
+     "{node_rank}'"),
+    (_tf(multi_node={"flags": FLAGS, "worker_flags": ["{oops"]}),
+     "engines.transformers.multi_node.worker_flags[0]: expected a word whose braces are "
+     "{field}s (write {{ for a literal brace), got \"'{oops' (expected '}' before end of "
+     "string)\""),
+    (_tf(command=["python3", "{model", "{model}"]), "engines.transformers.command[1]: expected a "
+     "word whose braces are {field}s (write {{ for a literal brace), got \"'{model' (expected "
+     "'}' before end of string)\""),
+    (_at("models", "hf_cache", "env", value="BAD NAME"), "models.hf_cache.env: expected an "
+     "environment variable name, got 'BAD NAME'"),
+    (_at("models", "hf_cache", "host", value="relative/path"), "models.hf_cache.host: expected "
+     "an absolute path or one under ~, got 'relative/path'"),
+    (_at("rdma", "resource", value="bad resource"), "rdma.resource: expected an extended "
+     "resource name, DOMAIN/NAME (rdma/ib), got 'bad resource'"),
+    (_at("rdma", "capabilities", value=["CAP_IPC_LOCK"]), "rdma.capabilities[0]: expected a "
+     "capability as Kubernetes names it, without CAP_ (IPC_LOCK), got 'CAP_IPC_LOCK'"),
+    (_at("rdma", "env", value={"1BAD": "x"}), "rdma.env.1BAD: expected an environment variable "
+     "name, got '1BAD'"),
+    (_at("rdma", "env", value={"N": ["x"]}), "rdma.env.N: expected a string in quotes, got "
+     "['x']"),
+    (lambda d: d["writable"]["dirs"][1].update(env="BAD NAME"), "writable.dirs[1].env: expected "
+     "an environment variable name, got 'BAD NAME'"),
+    (lambda d: d["writable"]["dirs"][1].update(default=5), "writable.dirs[1].default: expected "
+     "~/PATH, {VAR}/PATH or an absolute path in quotes (YAML read a number), got 5"),
+    (lambda d: d["writable"]["dirs"][1].update(default="{NOPE}/x"), "writable.dirs[1].default: "
+     "expected a {VAR} that an entry above names (HOME), got '{NOPE}/x'"),
+    (_at("writable", "dirs", value=[{"env": "XDG_CACHE_HOME", "default": "/cache"},
+                                    {"env": "HOME", "default": "~"}]),
+     "writable.dirs: expected HOME first (the others default under it), got ['XDG_CACHE_HOME']"),
+    (ADD_TGI, "engines.tgi: expected an engine a target can name: sglang, vllm, transformers, "
+     "got 'tgi'"),
+])
+def test_more_of_a_bad_launch_table_word_for_word(tmp_path, edit, said):
+    from imgbuild.catalog.launch import load_launch
+
+    with pytest.raises(SpecError) as e:
+        load_launch(_launch_yaml(tmp_path, edit))
+    assert e.value.message == f"images/checks/launch.yaml: {said}"
+    assert e.value.hint == "fix images/checks/launch.yaml and run the command again"
+
+
+def test_a_launch_table_without_an_engine_or_at_all_says_how_to_go_on(tmp_path):
+    from imgbuild.catalog.launch import load_launch
+
+    with pytest.raises(SpecError) as e:
+        load_launch(_launch_yaml(tmp_path, lambda d: d["engines"].pop("transformers")))
+    assert (e.value.message, e.value.hint) == (
+        "images/checks/launch.yaml: engines.transformers: expected a launch entry for every "
+        "engine a target can name: sglang, vllm, transformers, got '(missing)'",
+        "add engines.transformers to images/checks/launch.yaml (command, port, health, models, "
+        "phases, gpus, startup_timeout_s)")
+    with pytest.raises(InputError) as e:
+        load_launch(tmp_path / "elsewhere")
+    assert e.value.message == f"no launch table under {tmp_path / 'elsewhere'}"
+
+
+def test_what_a_launch_entry_leaves_out_and_what_it_says_is_kept(tmp_path):
+    from imgbuild.catalog.launch import load_launch
+
+    def edit(d):
+        t = d["engines"]["transformers"]
+        t.pop("ipc_host")
+        t["multi_node"] = {"flags": FLAGS, "worker_serves_http": True}
+        d["rdma"]["env"]["EMPTY"] = None
+    table = load_launch(_launch_yaml(tmp_path, edit))
+    e = table.engine("transformers")
+    assert (e.engine, e.ipc_host) == ("transformers", False)  # not said: not the host's IPC
+    assert e.multi_node.worker_serves_http is True and e.multi_node.worker_flags == ()
+    assert e.evidence and e.evidence[0].startswith("imgbuild/payload/serve.py: ")
+    assert ("EMPTY", "") in table.rdma.env  # a null value is the empty string
+    no_env = load_launch(_launch_yaml(tmp_path / "two", lambda d: d["gke"].pop("env")))
+    assert no_env.gke_env == ()  # an env map left out is empty
+    with pytest.raises(SpecError) as err:
+        table.engine("tgi")
+    assert err.value.message == (
+        "images/checks/launch.yaml: engines.tgi: expected a launch entry for every engine a "
+        "target can name: sglang, vllm, transformers, got '(missing)'")
