@@ -517,3 +517,29 @@ def test_what_a_launch_entry_leaves_out_and_what_it_says_is_kept(tmp_path):
     assert err.value.message == (
         "images/checks/launch.yaml: engines.tgi: expected a launch entry for every engine a "
         "target can name: sglang, vllm, transformers, got '(missing)'")
+
+
+def test_an_unknown_name_suggests_the_closest_one_half_alike_or_more():
+    from imgbuild.catalog.schema import unknown
+
+    known = ["sglang-blackwell", "sglang-hopper", "tiny-cpu", "tiny-cpu-multi", "sglang-gb200"]
+    # 'gb200' is 0.59 alike 'sglang-gb200': over the half the suggestion needs
+    assert unknown("target", "gb200", known).hint == "did you mean 'sglang-gb200'?"
+    e = unknown("target", "zzz", known, cmd="imgbuild list --json")
+    assert (e.message, e.facts, e.hint) == (
+        "unknown target 'zzz'",
+        ["known targets: sglang-blackwell, sglang-gb200, sglang-hopper, tiny-cpu, "
+         "tiny-cpu-multi"], "see `imgbuild list --json`")
+
+
+@pytest.mark.parametrize("url, host, login, password", [
+    ("https://user@host/simple", "host", "user", ""),
+    ("https://:s%40cret@host/simple", "host", "", "s@cret"),
+    ("https://u:p@/x", "", "u", "p"),
+])
+def test_an_index_credential_is_what_its_url_gives_and_no_more(url, host, login, password):
+    from imgbuild.catalog.indexes import credential_of
+
+    c = credential_of(url)
+    assert (c.host, c.login, c.password) == (host, login, password)
+    assert credential_of("https://host/simple") is None

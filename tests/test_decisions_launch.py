@@ -484,3 +484,11 @@ def test_a_manifest_keeps_its_key_order_block_style_and_100_columns():
     assert dump({"b": 1, "a": [1, 2], "m": {"k": "v"}, "long": words}) == (
         "b: 1\na:\n- 1\n- 2\nm:\n  k: v\n"
         "long: " + " ".join(["word"] * 20) + "\n  " + " ".join(["word"] * 10) + "\n")
+
+
+def test_a_long_value_folds_at_the_first_space_past_100_columns():
+    from imgbuild.plan.manifests import dump
+
+    long = " ".join(["word"] * 40) + " xx"
+    assert dump({"k": long}) == ("k: " + " ".join(["word"] * 20) + "\n  "
+                                 + " ".join(["word"] * 20) + "\n  xx\n")

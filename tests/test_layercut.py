@@ -157,3 +157,15 @@ def test_the_cut_layer_goes_where_the_built_one_was():
     cut = splice.CutLayer(at, layer_at, full["history"][at],
                           full["rootfs"]["diff_ids"][layer_at], {}, 0)
     assert json.loads(splice.with_rest(json.dumps(top).encode(), cut)) == full
+
+
+@pytest.mark.parametrize("run, recorded", [
+    ("RUN echo X\n", "echo X"),
+    ("RUN   echo hi  \n", "echo hi  "),  # what follows RUN, as BuildKit keeps it
+    ("RUN --mount=type=cache,target=/c  uv pip install x \\\n    --no-deps\n",
+     "uv pip install x     --no-deps"),
+])
+def test_the_command_buildkit_records_for_a_run_step(run, recorded):
+    from imgbuild.plan.render import recorded_command
+
+    assert recorded_command(run) == recorded
