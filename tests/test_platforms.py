@@ -418,3 +418,42 @@ def test_multi_platform_build_publishes_one_index_that_pull_reads_from_either_si
     assert r.returncode == 0, r.stderr[-2000:]
     held = json.loads(r.stdout)["held"]
     assert "linux/amd64: no smoke test ran (--no-smoke)" in held and "linux/arm64: " in held
+
+
+def test_the_index_plan_makes_each_platform_s_plan_with_the_same_options(ws, monkeypatch):
+    """Every platform's image is planned with what the index was asked for: the model,
+    repository, arch and flavor overrides, the forced rebuild and whether to resolve, with
+    make_plan's own defaults where nothing was asked."""
+    from imgbuild.plan import index
+
+    asked: list[dict] = []
+
+    def recording(ws_, target, **kw):
+        asked.append(kw)
+        return make_plan(ws_, target, **kw)
+
+    monkeypatch.setattr(index, "make_plan", recording)
+    index.make_index_plan(ws, MULTI)
+    assert asked == [dict(model=None, repository="imgbuild", resolve=True, archs=None,
+                          flavor=None, forced=False, platform=p)
+                     for p in ("linux/amd64", "linux/arm64")]
+    asked.clear()
+    ix = index.make_index_plan(ws, MULTI, model="tiny-nvfp4", repository="r.example/x",
+                               resolve=False, archs=("cpu",), flavor="devel", forced=True)
+    assert asked == [dict(model="tiny-nvfp4", repository="r.example/x", resolve=False,
+                          archs=("cpu",), flavor="devel", forced=True, platform=p)
+                     for p in ("linux/amd64", "linux/arm64")]
+    # The model names the index and its tags, as it names a single-platform image's.
+    assert ix.model == "tiny-nvfp4" and ix.repository == "r.example/x"
+    stem = f"{MULTI}-tiny-nvfp4"
+    assert ix.content_tag == f"{stem}-{ix.content_key[7:23]}"
+    assert ix.tags == (stem, f"{stem}-transformers5.17.0")
+    assert ix.refs[0] == f"r.example/x:{ix.content_tag}"
+
+
+def test_the_index_key_does_not_follow_the_order_platforms_are_listed_in(ws):
+    from imgbuild.plan.index import index_key, make_index_plan
+
+    amd, arm = make_index_plan(ws, MULTI, resolve=False).plans
+    assert index_key((amd, arm)) == index_key((arm, amd))
+    assert index_key((amd,)) != index_key((arm,))
