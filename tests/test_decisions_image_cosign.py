@@ -339,6 +339,47 @@ def test_a_bad_signed_by_is_a_spec_error(tmp_path, entry, said):
         registries(tmp_path, f"registries:\n  - match: r.example/x\n    {entry}\n")
 
 
+def _refusal(tmp_path, entry: str) -> str:
+    with pytest.raises(SpecError) as e:
+        registries(tmp_path, f"registries:\n  - match: r.example/x\n    {entry}\n")
+    return e.value.message
+
+
+def test_each_bad_signed_by_is_refused_word_for_word(tmp_path):
+    """Where in which file, what was expected, and what was there."""
+    f = tmp_path / "images" / "registries.yaml"
+    both = "exactly one of `key` (a public key: path or PEM) and `keyless` (issuer, subject, " \
+           "trust-root)"
+    assert _refusal(tmp_path, "signed-by: {key: a.pub, keyless: {issuer: i, subject: s}}") == \
+        f"{f}: registries[0].signed-by: expected {both}"
+    assert _refusal(tmp_path, "signed-by: {attestations: [cyclonedx]}") == \
+        f"{f}: registries[0].signed-by: expected {both}"
+    assert _refusal(tmp_path, "signed-by: {key: a.pub, attestations: [cyclonedx, spdx]}") == \
+        f"{f}: registries[0].signed-by.attestations: expected a list of: cyclonedx, " \
+        "slsaprovenance1, got 'spdx'"
+    assert _refusal(tmp_path, "signed-by: {key: '  '}") == \
+        f"{f}: registries[0].signed-by.key: expected a public key's path or PEM, got ''"
+    assert _refusal(tmp_path, "signed-by: {keyless: {issuer: i, subject: s, tlog: 'no'}}") \
+        .startswith(f"{f}: registries[0].signed-by.keyless.tlog: expected ")
+
+
+def test_a_keyless_policy_keeps_every_field_it_was_given(tmp_path):
+    t = registries(tmp_path, """
+registries:
+  - match: r.example/x
+    signed-by:
+      attestations: [slsaprovenance1]
+      keyless: {issuer: https://i, subject: s, tlog: false, sct: false}
+  - match: r.example/y
+    signed-by: {key: "  keys/a.pub  ", attestations: []}
+""")
+    where = str(tmp_path / "images" / "registries.yaml")
+    assert t.policy_for("r.example/x") == SignPolicy(
+        where, issuer="https://i", subject="s", trust_root=None, tlog=False, sct=False,
+        attestations=("slsaprovenance1",))
+    assert t.policy_for("r.example/y") == SignPolicy(where, key="keys/a.pub", attestations=())
+
+
 # --- the publish order ------------------------------------------------------------------------
 
 class _Image:
