@@ -129,3 +129,38 @@ def test_an_unknown_compression_is_refused_naming_the_ones_there_are():
     assert e.value.message == "unknown layer compression 'lz4'"
     assert e.value.hint == "choose one of: " + ", ".join(c.COMPRESSIONS)
     assert ", " in e.value.hint and "gzip" in e.value.hint and "zstd" in e.value.hint
+
+
+def test_the_bytes_do_not_follow_the_number_of_cores():
+    """A layer's blob digest must not depend on the machine that compressed it: zstd writes
+    the same frame for any number of workers from one (not the single-threaded format), and
+    gzip's blocks are compressed apart and joined in order."""
+    import random
+
+    data = b"layer " * 200_000 + random.Random(5).randbytes(1 << 20)
+    z = b"".join(ZSTD.compressor(len(data))(iter([data])))
+    for threads in (1, 2, 3):
+        assert b"".join(c._zstd(iter([data]), ZSTD.level, len(data), threads)) == z, threads
+
+    def streamed(**kw) -> bytes:  # as the push streams a layer: one chunk at a time
+        ch = zstandard.ZstdCompressor(level=ZSTD.level, write_content_size=True, **kw).chunker(
+            size=len(data), chunk_size=c.READ_CHUNK)
+        return b"".join(ch.compress(data)) + b"".join(ch.finish())
+
+    # One worker or more writes these bytes; libzstd without workers writes others.
+    assert z == streamed(threads=1) and z != streamed()
+    assert zstandard.ZstdDecompressor().decompress(z) == data
+    big = data * 3  # more than two of gzip's blocks
+    one = b"".join(c._gzip(iter([big]), GZIP.level, workers=1))
+    assert b"".join(c._gzip(iter([big[:5], big[5:]]), GZIP.level, workers=3)) == one
+    assert gzip.decompress(one) == big
+
+
+def test_the_cores_counted_are_those_this_process_may_run_on(monkeypatch):
+    monkeypatch.setattr(c.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    monkeypatch.setattr(c.os, "cpu_count", lambda: 64)
+    assert c.cpu_workers() == 3
+    monkeypatch.delattr(c.os, "sched_getaffinity")
+    assert c.cpu_workers() == 64
+    monkeypatch.setattr(c.os, "cpu_count", lambda: None)
+    assert c.cpu_workers() == 1
