@@ -189,6 +189,26 @@ def test_a_transfer_counts_from_the_engines_words():
     assert "unpacked_bytes" not in push.summary() and push.summary()["bytes"] == 5
 
 
+def test_each_layer_s_state_follows_the_engine_and_is_said_once():
+    said: list[str | None] = []
+    t = Transfer("pull", "localhost:5000/team/x:v1", on_change=lambda _t, s: said.append(s))
+    # The tag's own line: the part after the last colon, not after a registry's port.
+    t.feed({"status": "Pulling from team/x", "id": "v1"})
+    assert t.layers == {}
+    t.feed({"id": "a", "status": "Downloading", "progressDetail": {"current": 1, "total": 9}})
+    assert t.layers["a"].state == "moving"
+    t.feed({"id": "a", "status": "Download complete"})
+    assert t.layers["a"].state == "downloaded" and t.layers["a"].current == 9
+    t.feed({"id": "a", "status": "Pull complete"})
+    t.feed({"id": "a", "status": "Pull complete"})  # said again by the Engine: done once
+    assert t.layers["a"].state == "done"
+    # A layer first heard of as it unpacks takes its size from that event.
+    t.feed({"id": "b", "status": "Extracting", "progressDetail": {"current": 3, "total": 70}})
+    assert (t.layers["b"].total, t.layers["b"].current, t.layers["b"].unpacked,
+            t.layers["b"].state) == (70, 70, 3, "unpacking")
+    assert [s for s in said if s] == ["a moving", "a done"]
+
+
 @pytest.mark.docker
 def test_the_cli_json_mode_keeps_stdout_for_the_report(docker_client, private_registry):
     repo = f"{private_registry.host}/imgbuild"
