@@ -169,3 +169,51 @@ def test_the_command_buildkit_records_for_a_run_step(run, recorded):
     from imgbuild.plan.render import recorded_command
 
     assert recorded_command(run) == recorded
+
+
+class _Stream(io.RawIOBase):
+    """A layer as `docker save` or the blob cache hands it on: read once, no seeking back."""
+
+    def __init__(self, data: bytes):
+        self._src = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        chunk = self._src.read(min(len(b), 1000))
+        b[:len(chunk)] = chunk
+        return len(chunk)
+
+
+def _pax_sized(name: str, data: bytes) -> bytes:
+    """A member whose size only its PAX header gives, as tar writes one over 8 GiB: the ustar
+    header's size field holds 0."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        m = tarfile.TarInfo(name)
+        m.size, m.mtime, m.pax_headers = len(data), 7, {"size": str(len(data))}
+        tf.addfile(m, io.BytesIO(data))
+    raw = bytearray(out.getvalue())
+    ustar = 1024  # the PAX header's block and its one block of records come first
+    hdr = raw[ustar:ustar + 512]
+    hdr[124:136] = b"00000000000\0"
+    hdr[148:156] = b" " * 8
+    hdr[148:156] = b"%06o\0 " % sum(hdr)
+    raw[ustar:ustar + 512] = hdr
+    return bytes(raw)
+
+
+def test_a_size_only_a_pax_header_gives_is_the_member_s_size():
+    data = b"w" * 1500
+    fs = _pax_sized("opt/big.bin", data)
+    with tarfile.open(fileobj=io.BytesIO(fs)) as tf:  # Python's tar reads it so too
+        assert [(m.name, m.size) for m in tf] == [("opt/big.bin", 1500)]
+    out = b"".join(layercut.cut(io.BytesIO(fs), {}, layercut.Cut()))
+    assert tree(out) == {"opt/big.bin": (tarfile.REGTYPE, 0o644, 0, 0, "", data)}
+
+
+def test_the_layers_under_it_are_read_as_a_stream():
+    got = layercut.lower_entries([_Stream(LOWER)])
+    assert sorted(got) == ["etc", "etc/os-release", "etc/same-size", "opt", "opt/venv",
+                           "opt/venv/pyvenv.cfg", "usr/bin/python3"]
