@@ -31,11 +31,13 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 def engine(tmp_path, monkeypatch):
     """A socket answering as the Engine: `answers` maps (method, path) to (status, body)."""
     asked: list[tuple[str, str]] = []
+    heard: list[dict[str, str]] = []  # each request's headers
     answers: dict[tuple[str, str], tuple[int, bytes]] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _answer(self):
             asked.append((self.command, self.path))
+            heard.append(dict(self.headers))
             status, body = answers.get((self.command, self.path.split("?")[0]),
                                        (404, b'{"message":"No such image"}'))
             self.send_response(status)
@@ -76,7 +78,7 @@ def engine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(daemon, "sdk_client", SDK)
     e = daemon.Engine(sock)
-    e.asked, e.answers, e.sdk_calls = asked, answers, sdk_calls
+    e.asked, e.answers, e.sdk_calls, e.heard = asked, answers, sdk_calls, heard
     yield e
     server.shutdown()
     server.server_close()
@@ -275,3 +277,92 @@ def test_the_client_that_builds_is_20_10_as_it_is_or_a_newer_one_with_buildx(cli
 def test_a_client_version_is_its_first_line_and_none_when_it_does_not_run(tmp_path):
     assert daemon.client_version(_docker(tmp_path, "d", "27.3.1", buildx=True)) == "27.3.1"
     assert daemon.client_version(str(tmp_path / "missing")) is None
+
+
+def test_the_client_is_the_socket_s_own_when_the_engine_answers_its_ping(engine, monkeypatch):
+    for var in ("DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{engine.path}")
+    engine.answers[("GET", "/_ping")] = (200, b"OK")
+    c = daemon.client()
+    assert isinstance(c, daemon.Engine) and c.path == engine.path
+    assert engine.asked == [("GET", "/_ping")]
+    # As the SDK sends it: no body, said so, to the host name the Engine ignores.
+    assert engine.heard[0]["Content-Length"] == "0" and engine.heard[0]["Host"] == "docker"
+    engine.answers[("GET", "/_ping")] = (500, b"OK")
+    assert not isinstance(daemon.client(), daemon.Engine)  # the SDK's client, and its reason
+
+
+def test_a_connection_to_the_socket_keeps_its_timeout(engine):
+    conn = daemon._UnixConnection(engine.path, 7.5)
+    conn.connect()
+    try:
+        assert conn.sock.gettimeout() == 7.5
+    finally:
+        conn.close()
+
+
+def test_no_daemon_at_the_default_socket_is_said_with_the_sdk_s_first_line(monkeypatch):
+    import docker
+    from docker.errors import DockerException
+
+    def refuse(**kw):
+        raise DockerException("Error while fetching server API version: " + "x" * 300
+                              + "\nsecond line")
+
+    monkeypatch.setattr(docker, "from_env", refuse)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    with pytest.raises(daemon.EnvError) as e:
+        daemon.sdk_client()
+    assert e.value.message == "no Docker daemon answers at unix:///var/run/docker.sock"
+    assert e.value.facts == [("Error while fetching server API version: " + "x" * 300)[:200]]
+
+
+def test_the_clients_tried_are_the_chosen_one_debian_s_then_the_path_s(monkeypatch, tmp_path):
+    there = {str(tmp_path / "mine"), "/usr/bin/docker", str(tmp_path / "bin" / "docker")}
+    monkeypatch.setattr(daemon.os.path, "exists", lambda p: p in there)
+    monkeypatch.setattr(daemon.shutil, "which", lambda _n: str(tmp_path / "bin" / "docker"))
+    monkeypatch.setenv("IMGBUILD_DOCKER", str(tmp_path / "mine"))
+    assert daemon.candidates() == [str(tmp_path / "mine"), "/usr/bin/docker",
+                                   str(tmp_path / "bin" / "docker")]
+    monkeypatch.delenv("IMGBUILD_DOCKER")
+    there.discard("/usr/bin/docker")
+    assert daemon.candidates() == [str(tmp_path / "bin" / "docker")]
+
+
+def test_the_client_runs_with_what_its_builder_and_a_clean_up_need(clients, tmp_path,
+                                                                   monkeypatch):
+    """DOCKER_BUILDKIT=1 for a 20.10 client (its BuildKit is off by default), and
+    IMGBUILD_CLEANUP=1 for a command that must finish while imgbuild is stopped."""
+    p = tmp_path / "docker"
+    p.write_text('#!/bin/sh\n[ "$1" = version ] && { echo "$V"; exit 0; }\n'
+                 '[ "$1 $2" = "buildx version" ] && exit 0\n'
+                 'echo "args=$* buildkit=${DOCKER_BUILDKIT-unset} '
+                 'cleanup=${IMGBUILD_CLEANUP-unset} mine=${MINE-unset}"\n')
+    p.chmod(0o755)
+    clients[:] = [str(p)]
+    for var in ("DOCKER_BUILDKIT", "IMGBUILD_CLEANUP"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("V", "20.10.24+dfsg1")
+    monkeypatch.setenv("MINE", "kept")  # the caller's environment goes on as it is
+    out = daemon.run_cli(["ps", "-a"], capture_output=True, text=True).stdout
+    assert out == "args=ps -a buildkit=1 cleanup=unset mine=kept\n"
+    out = daemon.run_cli(["rm", "x"], cleanup=True, capture_output=True, text=True).stdout
+    assert out == "args=rm x buildkit=1 cleanup=1 mine=kept\n"
+    daemon.cli.cache_clear()
+    monkeypatch.setenv("V", "27.3.1")
+    out = daemon.run_cli(["ps"], capture_output=True, text=True).stdout
+    assert out == "args=ps buildkit=unset cleanup=unset mine=kept\n"
+    assert daemon.cli_command(["build", "."]) == [str(p), "build", "."]
+
+
+def test_a_local_image_is_asked_for_by_its_reference():
+    asked = []
+
+    class Images:
+        def get(self, ref):
+            asked.append(ref)
+            return "image"
+
+    assert daemon.local_image(type("C", (), {"images": Images()})(), "r/x:1") == "image"
+    assert asked == ["r/x:1"]
