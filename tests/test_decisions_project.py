@@ -216,7 +216,16 @@ def test_what_is_in_the_way_of_a_project(tmp_path):
 
 # --- workspace.py: which project, which files ------------------------------------------------
 
-from imgbuild.workspace import PROJECT_FILE, Workspace, _discover, builtin_catalog, read_project  # noqa: E402
+from imgbuild.workspace import (  # noqa: E402
+    PROJECT_FILE,
+    Builtin,
+    Workspace,
+    _discover,
+    builtin_catalog,
+    read_project,
+)
+
+from .conftest import ROOT  # noqa: E402
 
 
 def _project(d: Path, text: str = "") -> Path:
@@ -367,3 +376,107 @@ def test_a_project_whose_lockfiles_are_deeper_gets_the_folder_made(tmp_path):
     ws = Workspace.open(env={}, cwd=p)
     assert ws.adopt_builtin_locks(ws.platform_refs("tiny-cpu"))
     assert (p / "locks" / "a" / "b").is_dir()
+
+
+@pytest.fixture()
+def installed(tmp_path, monkeypatch):
+    """imgbuild as the wheel installs it: the built-in catalog inside the package
+    (imgbuild/builtin/images and lockfiles), no checkout beside it."""
+    import shutil
+
+    from imgbuild import workspace
+
+    pkg = tmp_path / "site-packages" / "imgbuild"
+    shutil.copytree(ROOT / "images", pkg / "builtin" / "images")
+    shutil.copytree(ROOT / "lockfiles", pkg / "builtin" / "lockfiles")
+    monkeypatch.setattr(workspace, "_PACKAGE", pkg)
+    monkeypatch.setattr(workspace, "_CHECKOUT", tmp_path / "site-packages")
+    return pkg
+
+
+def test_an_installed_imgbuild_reads_its_own_catalog_read_only(installed, tmp_path):
+    b = builtin_catalog()
+    assert b == Builtin(installed / "builtin" / "images", installed / "builtin" / "lockfiles",
+                        packaged=True)
+    nowhere = tmp_path / "elsewhere"
+    nowhere.mkdir()
+    ws = Workspace.open(env={}, cwd=nowhere)
+    assert (ws.images, ws.lockfiles, ws.read_only) == (b.images, b.lockfiles, True)
+    with pytest.raises(InputError) as e:
+        ws.lock_dir()
+    assert e.value.message == "the built-in catalog is read-only"
+    assert e.value.facts == [
+        f"no project here: no {PROJECT_FILE} in this directory or above it, and no --images",
+        f"the built-in locks are in {b.lockfiles}, inside the installed imgbuild"]
+    assert e.value.hint == ("run `imgbuild init` to make a project (or pass --images DIR / "
+                            "--lockfiles DIR): its lockfiles/ takes the locks, and a built-in "
+                            "target's lock is copied there when you lock it")
+    # --lockfiles names where locks go: the catalog is read, the locks written there.
+    ws = Workspace.open(lockfiles=tmp_path / "mine", env={}, cwd=nowhere)
+    assert (ws.images, ws.lockfiles, ws.read_only) == (b.images, tmp_path / "mine", False)
+
+
+def test_a_broken_install_says_what_is_missing(installed, tmp_path):
+    import shutil
+
+    shutil.rmtree(installed / "builtin")
+    assert builtin_catalog() is None
+    nowhere = tmp_path / "elsewhere"
+    nowhere.mkdir()
+    with pytest.raises(InputError) as e:
+        Workspace.open(env={}, cwd=nowhere)
+    assert e.value.message == ("no images/ directory found, and imgbuild has no built-in "
+                               "catalog")
+    assert e.value.facts == [f"none in {nowhere} or above it",
+                             f"{installed / 'builtin'} is missing"]
+    assert e.value.hint == "reinstall imgbuild from its wheel, or pass --images DIR"
+    with pytest.raises(InputError) as e:
+        Workspace.open(tmp_path / "none", env={}, cwd=nowhere)
+    assert e.value.hint == ("point it at your project's images/ directory (the one with the "
+                            "targets), or leave --images out")
+
+
+def test_a_project_rewrite_of_a_built_in_file_is_not_sent_to_init(tmp_path):
+    """Under a project, the way out is the project's own file; `imgbuild init` is for a
+    workspace with no project."""
+    if builtin_catalog() is None:
+        pytest.skip("no built-in catalog")
+    ws = Workspace.open(env={}, cwd=_project(tmp_path / "a"))
+    with pytest.raises(InputError) as e:
+        ws.spec_file("sglang-blackwell.yaml", "pin")
+    assert e.value.hint == ("make it the project's own: images/sglang-blackwell.yaml in the "
+                            "project with `extends: sglang-blackwell` (and only what differs)")
+
+
+def test_a_project_target_of_a_built_in_name_asking_otherwise_gets_its_own_lock(tmp_path):
+    """The shipped lock answers a project target only where it asks exactly what the lock
+    was made for."""
+    p = _project(tmp_path / "p")
+    (p / "images" / "tiny-cpu.yaml").write_text(
+        "extends: tiny-cpu\nrequirements: [torch==2.13.0, safetensors, numpy]\n")
+    ref = Workspace.open(env={}, cwd=p).target("tiny-cpu")
+    assert not ref.builtin and ref.lock_path == p / "lockfiles" / ref.request.filename()
+
+
+def test_a_target_with_no_lock_says_where_it_was_looked_for(tmp_path):
+    p = _project(tmp_path / "p")
+    (p / "images" / "mine.yaml").write_text(
+        "extends: tiny-cpu\nrequirements: [torch==2.13.0, safetensors, numpy]\n")
+    ref = Workspace.open(env={}, cwd=p).target("mine")
+    with pytest.raises(InputError) as e:
+        ref.lock()
+    assert e.value.message == "target 'mine' has no lock yet"
+    assert e.value.facts == [f"expected lockfiles/{ref.request.filename()}"]
+    assert e.value.hint == ("run `imgbuild lock mine` (and commit lockfiles/: CI builds what "
+                            "the repository pins)")
+
+
+def test_the_built_in_catalog_s_digest_leaves_out_compiled_python(installed):
+    b = builtin_catalog()
+    before = b.digest()
+    (b.images / "stray.pyc").write_bytes(b"\x00compiled")
+    (b.images / "__pycache__").mkdir()
+    (b.images / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00compiled")
+    assert b.digest() == before
+    (b.images / "new.yaml").write_text("x: 1\n")
+    assert b.digest() != before
