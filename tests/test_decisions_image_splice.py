@@ -231,6 +231,7 @@ def test_the_spliced_manifest_names_the_donors_layers_between_the_tops():
     assert got.size_bytes == 1000 + 5000 + d.layers[1]["size"]
     assert got.heavy_layers == 2 and got.donor == f"reg/r@{d.digest}"
     assert got.pushed is top and got.config_digest == "sha256:conf"
+    assert got.config == b'{"c": 1}'  # the config as uploaded, for the checks before the PUT
 
 
 def test_a_cut_rest_layer_is_counted_as_sent_and_placed_where_it_belongs():
@@ -268,7 +269,9 @@ def held(monkeypatch):
         h["asked"].append((tag, platform))
         return h["images"].get(tag)
     monkeypatch.setattr(splice.registry, "platform_image", platform_image)
-    monkeypatch.setattr(splice.registry, "get_blob", lambda repo, d: h["blobs"][d])
+    h["blob_repos"] = []
+    monkeypatch.setattr(splice.registry, "get_blob",
+                        lambda repo, d: h["blob_repos"].append(repo) or h["blobs"][d])
     monkeypatch.setattr(splice, "heavy_texts", lambda plan, lock: {"heavy": HEAVY_TEXT})
     return h
 
@@ -295,6 +298,7 @@ def test_the_first_tag_whose_heavy_layers_are_this_builds_is_the_donor(held):
     assert got is not None and got.ref == "same-lock"
     assert got.digest == held["images"]["same-lock"][0]
     assert why == [f"{repo.name}:other-lock: its heavy lock part is not this build's"]
+    assert held["blob_repos"] and all(r is repo for r in held["blob_repos"])
     # each tag asked once, for this plan's platform, and none after the donor
     assert held["asked"] == [("missing", "linux/arm64"), ("other-lock", "linux/arm64"),
                              ("same-lock", "linux/arm64")]
@@ -382,3 +386,74 @@ def test_a_donor_of_two_heavy_parts_is_judged_part_by_part():
     got, why = donor(cfg, m, texts={"heavy": HEAVY_TEXT, "heavy-torch": torch_text},
                      layers=layers)
     assert (got, why) == (None, "its heavy steps are not this build's (heavy-torch)")
+
+
+def test_a_file_is_read_from_a_zstd_layer_too(held):
+    import zstandard
+
+    repo = splice.registry.Repository.parse("127.0.0.1:5000/acme")
+    held["blobs"]["sha256:z"] = zstandard.ZstdCompressor().compress(tar_of(PATH, "in zstd\n"))
+    assert splice._file_in_layer(repo, {"mediaType": ZSTD.media_type, "digest": "sha256:z"},
+                                 PATH) == b"in zstd\n"
+
+
+def test_steps_that_are_not_one_block_are_said_so():
+    # A step that makes a layer between the two heavy parts' steps.
+    cfg = _two_parts()
+    cfg["history"].insert(6, {"created_by": "RUN echo between # buildkit"})
+    cfg["rootfs"]["diff_ids"].insert(4, "sha256:" + "9" * 64)
+    torch_text = "torch==2.13.0 --hash=sha256:" + "cd" * 32 + "\n"
+    assert donor(cfg, texts={"heavy": HEAVY_TEXT, "heavy-torch": torch_text}) == \
+        (None, "its heavy steps are not one block")
+    # A step that makes no layer between a part's COPY and its RUN.
+    cfg = recorded()
+    cfg["history"].insert(5, {"created_by": "ENV X=1", "empty_layer": True})
+    assert donor(cfg) == (None, "its heavy steps are not one block")
+
+
+def test_a_copy_step_without_a_command_or_a_lock_part_that_is_not_text_is_no_donor():
+    cfg = recorded()
+    del cfg["history"][4]["created_by"]
+    assert donor(cfg) == (None, "its heavy steps are not this build's (heavy)")
+    layers = Layers()
+    layers.blobs[f"sha256:{2:064x}"] = tar_of(PATH, "x")
+    layers.blobs[f"sha256:{2:064x}"] = layers.blobs[f"sha256:{2:064x}"].replace(
+        b"x" + b"\0" * 10, b"\xff" + b"\0" * 10, 1)
+    assert layers(manifest_of(recorded())["layers"][2], PATH) == b"\xff"
+    assert donor(layers=layers) == (None, "its heavy lock part is not this build's")
+
+
+def test_a_top_without_a_rest_install_is_said_so():
+    d, _ = donor()
+    full = recorded()
+    created_by = [h.get("created_by", "") for h in full["history"]]
+    ids = full["rootfs"]["diff_ids"]
+    assert splice.check_top(d, created_by[:d.before] + ["RUN echo # buildkit"], ids) == \
+        "the top has no rest install step"
+
+
+def test_a_split_heavy_plan_reads_each_heavy_lock_part():
+    from types import SimpleNamespace
+
+    class Lock:
+        def requirements_text(self, heavy=None, layer=None):
+            return f"heavy={heavy} layer={layer}"
+
+    split, one = SimpleNamespace(split_heavy=True), SimpleNamespace(split_heavy=False)
+    assert splice.heavy_parts(split) == splice.HEAVY_LAYERS
+    assert splice.heavy_parts(one) == ("heavy",)
+    assert splice.heavy_texts(split, Lock()) == {p: f"heavy=None layer={p}"
+                                                 for p in splice.HEAVY_LAYERS}
+    assert splice.heavy_texts(one, Lock()) == {"heavy": "heavy=True layer=None"}
+
+
+def test_a_config_made_here_is_written_as_buildkit_writes_one():
+    """Compact and with sorted keys: the bytes whose digest the manifest names."""
+    cfg = {"rootfs": {"diff_ids": ["a"]}, "history": [{"n": 0}], "b": 1}
+    rest = splice.CutLayer(history_at=1, layer_at=1, history={"n": 1}, diff_id="r",
+                           descriptor={}, tar_size=0)
+    assert splice.with_rest(json.dumps(cfg).encode(), rest) == \
+        b'{"b":1,"history":[{"n":0},{"n":1}],"rootfs":{"diff_ids":["a","r"]}}'
+    d, _ = donor()
+    got = splice.spliced_config(d, json.dumps(recorded()).encode())
+    assert got == json.dumps(json.loads(got), separators=(",", ":"), sort_keys=True).encode()
