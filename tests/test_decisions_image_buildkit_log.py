@@ -117,3 +117,175 @@ def test_caches_that_could_not_be_read_and_uvs_downloads_are_said_their_way(plan
     said = [d for text, d in notes.details if text.startswith(step)]
     assert said == ["uv fetched 0 B of 15.9 MB", "uv fetched 0 B of 867.8 MB",  # 15.2 MiB
                     "uv fetched 15.9 MB of 867.8 MB"] + ["uv fetched 867.8 MB of 867.8 MB"] * 3
+
+
+# --- the client's whole run: what it is given, what comes back on each way it ends -------------
+# The client below is a script as _client's, which also keeps its arguments and environment,
+# streams a tar on stdout (the tar exporter's way), and answers `load` and `image inspect` (the
+# reproducible build's loading). Where a log is not one of tests/data/buildkit/ it is written
+# inline from the recorded ones' lines, and says so.
+
+def _scripted(tmp_path, log: bytes, rc: int = 0, *, tar: bytes | None = None,
+              archive: Path | None = None) -> DockerCLI:
+    d = tmp_path / "client"
+    d.mkdir(exist_ok=True)
+    (d / "out.log").write_bytes(log)
+    # BuildKit's progress goes to stderr, as the real client prints it; the tar to stdout.
+    out = (f"cat {d / 'out.tar'}\n" if tar is not None else "") + f"cat {d / 'out.log'} >&2\n"
+    if tar is not None:
+        (d / "out.tar").write_bytes(tar)
+    script = d / "docker"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in load|image) echo "$*" >> {d / "asked"}; '
+        f'[ "$1" = image ] && echo {IID}; exit 0;; esac\n'
+        f'echo "$*" > {d / "args"}\n'
+        f'echo "buildkit=${{DOCKER_BUILDKIT-unset}}" > {d / "env"}\n'
+        + (f"touch {archive}\n" if archive is not None else "")
+        + 'while [ $# -gt 0 ]; do [ "$1" = --iidfile ] && '
+        f'printf %s {IID} > "$2"; shift; done\n'
+        + out + f"exit {rc}\n")
+    script.chmod(0o755)
+    return DockerCLI(str(script), "20.10.24+dfsg1", True)
+
+
+def _run(plan, tmp_path, monkeypatch, client: DockerCLI, **kw):
+    from imgbuild.image import daemon
+
+    monkeypatch.setattr(buildkit, "cli", lambda: client)
+    monkeypatch.setattr(daemon, "cli", lambda: client)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir(exist_ok=True)
+    notes = Notes()
+    return buildkit.docker_build(plan, ctx, secrets=Secrets(), flags="", progress=notes,
+                                 **kw), notes
+
+
+def test_the_client_builds_with_buildkit_on_and_the_cache_unless_told(plan, tmp_path,
+                                                                       monkeypatch):
+    log = (LOGS / "built.log").read_bytes()
+    client = _scripted(tmp_path, log)
+    got, notes = _run(plan, tmp_path, monkeypatch, client)
+    assert (got.image_id, got.steps, got.cached_steps) == (IID, 4, 1)
+    args = (tmp_path / "client" / "args").read_text().split()
+    assert args[:2] == ["build", "--progress=plain"] and "--no-cache" not in args
+    assert (tmp_path / "client" / "env").read_text() == "buildkit=1\n"
+    assert notes.statuses[0] == f"building {plan.ref()}"
+    _run(plan, tmp_path, monkeypatch, client, no_cache=True)
+    assert "--no-cache" in (tmp_path / "client" / "args").read_text().split()
+
+
+def test_a_build_s_filesystem_goes_to_the_sink_as_it_streams(plan, tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("opt/venv/x.py")
+        info.size = 3000
+        tf.addfile(info, io.BytesIO(b"x" * 3000))
+    tar = buf.getvalue()
+    got_names: list[str] = []
+
+    def sink(stream) -> None:
+        with tarfile.open(fileobj=stream, mode="r|") as tf:
+            got_names.extend(m.name for m in tf)
+
+    client = _scripted(tmp_path, (LOGS / "built.log").read_bytes(), tar=tar)
+    got, notes = _run(plan, tmp_path, monkeypatch, client, tar_sink=sink)
+    assert got_names == ["opt/venv/x.py"] and got.image_id == "" and got.steps == 4
+    args = (tmp_path / "client" / "args").read_text().split()
+    assert args[2:4] == ["-o", "type=tar,dest=-"] and "--iidfile" not in args
+    streamed = [d for text, d in notes.details
+                if text == f"building {plan.ref()}: the built filesystem streamed out"]
+    assert streamed and streamed[0].endswith(" read")
+
+
+def test_a_sink_that_fails_stops_the_build_and_is_raised(plan, tmp_path, monkeypatch):
+    def sink(stream) -> None:
+        stream.read(10)
+        raise ValueError("the layer cut found a hard link it cannot keep")
+
+    client = _scripted(tmp_path, (LOGS / "built.log").read_bytes(), tar=b"\0" * 10240)
+    with pytest.raises(ValueError, match="hard link it cannot keep"):
+        _run(plan, tmp_path, monkeypatch, client, tar_sink=sink)
+
+
+# Written from built.log's first steps; the last line is the 20.10 client's when dockerd stopped
+# answering mid-build (moby's "error reading from server: EOF").
+GONE = b"".join(ln + b"\n" for ln in (LOGS / "built.log").read_bytes().splitlines()[:13]) + \
+    b"#5 [2/4] RUN echo one > /one\n\nerror reading from server: EOF\n"
+
+
+def test_a_daemon_gone_mid_build_is_an_environment_error(plan, tmp_path, monkeypatch):
+    with pytest.raises(buildkit.EnvError) as e:
+        _run(plan, tmp_path, monkeypatch, _scripted(tmp_path, GONE, rc=1))
+    assert e.value.message == "the Docker daemon went away during the build"
+    assert e.value.facts == [f"image {plan.ref()} was not tagged",
+                             "#5 [2/4] RUN echo one > /one", "error reading from server: EOF"]
+    assert e.value.hint == ("check that dockerd runs (`docker info`; make services starts it), "
+                            "then run the command again: the steps that finished are in "
+                            "BuildKit's cache")
+
+
+def test_a_build_that_fails_in_no_step_shows_the_last_forty_lines(plan, tmp_path, monkeypatch):
+    log = b"".join(b"line %d of the client's own output\n" % i for i in range(60))
+    with pytest.raises(JobFailed) as e:
+        _run(plan, tmp_path, monkeypatch, _scripted(tmp_path, log, rc=2))
+    assert e.value.message == "docker build failed at the build (exit code 2)"
+    assert e.value.log_tail == [f"line {i} of the client's own output" for i in range(20, 60)]
+    assert e.value.hint == "the log tail above shows the failing step"
+
+
+def test_a_failed_step_shows_its_last_thirty_lines_even_when_they_are_not_utf8(plan, tmp_path,
+                                                                              monkeypatch):
+    # Written in failed-step.log's form: a RUN step that prints 40 lines, one not UTF-8.
+    log = (b"#5 [2/2] RUN ./noisy\n"
+           + b"".join(b"#5 0.%03d out %d\n" % (i, i) for i in range(40))
+           + b"#5 0.500 \xff bytes\n#5 ERROR: executor failed running [/bin/sh -c ./noisy]: "
+             b"exit code: 3\n")
+    with pytest.raises(JobFailed) as e:
+        _run(plan, tmp_path, monkeypatch, _scripted(tmp_path, log, rc=1))
+    assert len(e.value.log_tail) == 30
+    assert e.value.log_tail[-2:] == ["#5 0.500 \ufffd bytes", "#5 ERROR: executor failed running "
+                                     "[/bin/sh -c ./noisy]: exit code: 3"]
+    assert e.value.message == "docker build failed at [2/2] RUN ./noisy (exit code 1)"
+
+
+def test_a_step_is_said_done_at_buildkit_s_done_not_at_its_own_output(plan, tmp_path,
+                                                                      monkeypatch):
+    # Written in built.log's form: the step's own output ends in " done" (uv says so), and
+    # BuildKit's " DONE" ends the step.
+    log = (b"#5 [2/2] RUN uv pip install\n#5 0.200 Installed 3 packages in 12ms done\n"
+           b"#5 DONE 0.3s\n")
+    _got, notes = _run(plan, tmp_path, monkeypatch, _scripted(tmp_path, log))
+    assert notes.said == ["  done [2/2] RUN uv pip install"]
+
+
+def test_a_cache_read_is_said_and_one_not_read_is_said_in_two_hundred_characters(
+        plan, tmp_path, monkeypatch):
+    # Written in cache-from-and-uv.log's form: one --cache-from read, one refused with a long
+    # reason.
+    # (BuildKit's reason may quote the registry's own "ERROR: ": the reason is all after the
+    # first.)
+    why = "failed to authorize: upstream ERROR: " + "no basic auth credentials " * 12
+    log = (b"#2 importing cache manifest from 127.0.0.1:5000/acme:one\n#2 DONE 0.1s\n"
+           b"#3 importing cache manifest from 127.0.0.1:5000/acme:two\n"
+           + f"#3 ERROR: {why}\n".encode() + b"#4 [1/1] FROM base\n#4 DONE 0.0s\n")
+    got, notes = _run(plan, tmp_path, monkeypatch, _scripted(tmp_path, log),
+                      cache_from=("127.0.0.1:5000/acme:one", "127.0.0.1:5000/acme:two"))
+    assert got.cache_imported == ("127.0.0.1:5000/acme:one",)
+    assert ("warn", f"no cache read from 127.0.0.1:5000/acme:two: {why[:200]}") in notes.notes
+    assert notes.said[-1] == "  cache read from 127.0.0.1:5000/acme:one"
+
+
+def test_a_reproducible_build_is_loaded_from_its_archive_and_the_archive_removed(
+        plan, tmp_path, monkeypatch):
+    archive = tmp_path / "ctx.oci.tar"
+    client = _scripted(tmp_path, (LOGS / "built.log").read_bytes(), archive=archive)
+    got, notes = _run(plan, tmp_path, monkeypatch, client,
+                      export=buildkit.Export(reproducible=True))
+    assert got.image_id == IID and not archive.exists()
+    assert (tmp_path / "client" / "asked").read_text().splitlines() == [
+        f"load -i {archive}", f"image inspect --format {{{{.Id}}}} {plan.ref()}"]
+    assert f"loading {plan.ref()} into the Engine" in notes.statuses
