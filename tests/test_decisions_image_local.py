@@ -7,6 +7,7 @@ image/sizes.py), uv's index flags inside the build (image/context.py)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -649,3 +650,59 @@ def test_duplicates_are_listed_by_the_bytes_their_copies_waste(tmp_path):
         "big", "mid"]
     # 1 MiB five times wastes 4 MiB; 2 MiB twice wastes 2 MiB
     assert listed({"many": (mib, 5), "two": (2 * mib, 2)}, tmp_path / "two") == ["many", "two"]
+
+
+def test_a_size_alone_among_the_big_files_does_not_end_the_search_for_copies(tmp_path):
+    import os
+
+    mib = sizeprobe.BIG
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    # A directory's files are walked before its subdirectories': the size with no copy first.
+    (tmp_path / "usr/alone.so").write_bytes(os.urandom(mib))
+    data = os.urandom(2 * mib)
+    for n in range(2):
+        (tmp_path / f"usr/lib/pair{n}.so").write_bytes(data)
+    [dup] = sizeprobe.measure(str(tmp_path))["duplicates"]
+    assert sorted(dup["paths"]) == ["/usr/lib/pair0.so", "/usr/lib/pair1.so"]
+
+
+def test_this_interpreter_s_distributions_are_read_from_its_site_packages_only(tmp_path,
+                                                                              monkeypatch):
+    """By default the probe reads the RECORDs under the interpreter's own site-packages
+    directories; another directory on sys.path (an app's, the standard library) is no
+    distribution's even where a stray .dist-info lies."""
+    site = tmp_path / "lib" / "site-packages"
+    _dist(site, "mine", {"mine/x.py": b"m\n"})
+    app = tmp_path / "app"
+    _dist(app, "stray", {"stray/x.py": b"s\n"})
+    monkeypatch.setattr(sizeprobe.sys, "path", [str(app), str(site), str(tmp_path / "gone")])
+    got = sizeprobe.owners()
+    assert got[str(site / "mine" / "x.py")] == "mine"
+    assert str(app / "stray" / "x.py") not in got
+
+
+def test_a_type_is_named_in_words():
+    from imgbuild.catalog.schema import tname
+
+    assert [tname(t) for t in (str, int, float, bool, list, dict)] == [
+        "a string", "an integer", "a number", "true or false", "a list", "a mapping"]
+    assert tname((str, list)) == "a string or a list" and tname(Path) == "Path"
+
+
+def test_a_file_gone_while_the_probe_walks_is_passed_over(tmp_path, monkeypatch):
+    """A file removed between the directory's listing and its stat (a process in the image
+    cleaning up): the files after it in that directory are still counted."""
+    (tmp_path / "srv").mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / "srv" / name).write_bytes(b"x" * 10)
+    real = sizeprobe.os.lstat
+    order = next(os.walk(tmp_path / "srv"))[2]  # the walk's own order: the first fails
+
+    def lstat(path, *a, **kw):
+        if os.path.basename(path) == order[0]:
+            raise FileNotFoundError(path)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(sizeprobe.os, "lstat", lstat)
+    got = sizeprobe.measure(str(tmp_path))
+    assert (got["files"], got["total"]) == (2, 20)
