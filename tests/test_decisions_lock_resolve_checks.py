@@ -7,6 +7,7 @@ with uv's words as uv writes them."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,126 @@ def test_lock_many_hands_each_target_to_ensure_lock_and_says_how_long_it_took(
     assert pool == [1, 4]  # four targets at once unless told
     resolve_mod.lock_many([], tmp_path, jobs=0)
     assert pool == [1, 4, 1]
+
+
+# --- resolve(): the uv command it builds and what each way uv ends becomes -------------------
+# uv here is a script that keeps its arguments, working directory and input files, and answers
+# as uv does: the body in out.txt, or uv's own words on stderr and its exit code.
+
+@pytest.fixture()
+def uv(tmp_path, monkeypatch):
+    log = tmp_path / "uv-log"
+    log.mkdir()
+    answer = tmp_path / "answer"
+    script = tmp_path / "uv"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" > {log}/argv\npwd > {log}/cwd\n'
+        f'for f in constraints.txt overrides.txt; do [ -f "$f" ] && cp "$f" {log}/; done\n'
+        f'. {answer}\n')
+    script.chmod(0o755)
+    monkeypatch.setattr(resolve_mod, "uv_bin", lambda: str(script))
+
+    def answers(text: str) -> None:
+        answer.write_text(text)
+
+    answers(f"printf 'a==1 \\\\\\n    {H}\\n' > out.txt\n")
+    return log, answers
+
+
+def test_the_uv_command_names_the_indexes_the_constraints_and_the_packages_to_upgrade(uv):
+    log, _ = uv
+    req = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("a",), ("b>=2",))
+    body = resolve_mod.resolve(req, constraints=("c<3", "d==1"), upgrade=("a",),
+                               index_urls=("https://one/simple", "https://two/simple",
+                                           "https://three/simple"))
+    assert body.startswith("a==1 ")
+    argv = (log / "argv").read_text().split()
+    assert argv[argv.index("-c") + 1] == "constraints.txt"
+    assert (log / "constraints.txt").read_text() == "c<3\nd==1\n"
+    assert (log / "overrides.txt").read_text() == "b>=2\n"
+    assert argv[:2] == ["pip", "compile"]
+    i = argv.index("--default-index")
+    assert argv[i:i + 6] == ["--default-index", "https://one/simple", "--extra-index-url",
+                             "https://two/simple", "--extra-index-url", "https://three/simple"]
+    assert argv[argv.index("--upgrade-package") + 1] == "a"
+    # uv ran in a scratch directory named for imgbuild, gone after
+    cwd = Path((log / "cwd").read_text().strip())
+    assert cwd.name.startswith("imgbuild-lock-") and not cwd.exists()
+
+
+def test_each_way_uv_fails_becomes_its_own_error(uv):
+    from imgbuild.errors import EnvError
+
+    _, answers = uv
+    req = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("a",), ())
+    answers("echo '  × No solution found when resolving dependencies:' >&2\n"
+            "echo '  ╰─▶ Because a was not found in the package registry' >&2\nexit 1\n")
+    with pytest.raises(ResolveError) as e:
+        resolve_mod.resolve(req)
+    assert e.value.message == ("no environment satisfies target 't' on Python 3.11, "
+                               "x86_64-manylinux_2_36")
+    assert e.value.facts == ["× No solution found when resolving dependencies:",
+                             "  ╰─▶ Because a was not found in the package registry"]
+    assert e.value.hint == "relax a requirement, or add an override with a reason to " \
+                           "images/t.yaml"
+    answers("echo 'Because torch==2.13.0 has no usable wheels and you require torch==2.13.0' "
+            ">&2\nexit 1\n")
+    with pytest.raises(ResolveError) as e:
+        resolve_mod.resolve(req)
+    assert e.value.hint == ("pin a release that has a wheel for this platform (an override with "
+                            "a reason in images/t.yaml), or allow compiling sdists in the build: "
+                            "`build_from_source: true`")
+    with pytest.raises(ResolveError) as e:  # sdists allowed: not the wheels' fault
+        resolve_mod.resolve(dataclasses.replace(req, build_from_source=True))
+    assert e.value.hint.startswith("relax a requirement")
+    answers("for i in $(seq 1 20); do echo \"line $i\" >&2; done\n"
+            "echo 'error: Failed to fetch: https://pypi.org/simple/a/' >&2\nexit 2\n")
+    with pytest.raises(EnvError) as e:
+        resolve_mod.resolve(req)
+    assert e.value.message == "cannot reach the package index to lock target 't'"
+    assert e.value.facts == [f"line {i}" for i in range(10, 21)] + [
+        "error: Failed to fetch: https://pypi.org/simple/a/"]
+    assert e.value.hint == ("check the network, the proxy (HTTPS_PROXY) and the index "
+                            "(UV_DEFAULT_INDEX for a mirror, SSL_CERT_FILE for its CA); offline, "
+                            "pass --wheels DIR with the wheels the target needs")
+
+
+def test_exactly_four_changes_are_all_shown(monkeypatch):
+    Answers(monkeypatch, {"servo>=1": pins(**{f"p{i}": "2" for i in range(4)})})
+    assert check("servo>=1", lock(**{f"p{i}": "1" for i in range(4)})).effect == \
+        "without it: p0 1 → 2, p1 1 → 2, p2 1 → 2, p3 1 → 2"
+
+
+def test_a_conflict_is_explained_with_uv_asked_on_the_same_wheels(monkeypatch, tmp_path):
+    """resolve_explained: uv's chain, who asks for what, and the overrides that resolve it,
+    each tried with uv reading the same local wheels."""
+    chain = ("Because engine-old==1.0 depends on ctensors==0.8.1, and you require "
+             "ctensors>=0.10, we can conclude that you require engine-old<1.0.")
+    asked: list = []
+
+    def resolve(req, wheels=None, **kw):
+        asked.append(wheels)
+        if not req.overrides:
+            raise ResolveError("no environment satisfies target 't'", facts=[chain])
+        return pins(ctensors="0.10")
+
+    monkeypatch.setattr(resolve_mod, "resolve", resolve)
+    wheels = tmp_path / "w"
+    req = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("engine-old==1.0",
+                                                             "ctensors>=0.10"), ())
+    with pytest.raises(ResolveError) as e:
+        resolve_mod.resolve_explained(req, wheels)
+    assert e.value.facts[:2] == [chain, "who asks for what:"]
+    assert e.value.hint.startswith("these overrides resolve it (checked with uv)")
+    assert len(asked) > 1 and all(w == wheels for w in asked)
+
+
+def test_a_lock_is_resolved_with_the_wheels_it_was_given(monkeypatch, tmp_path):
+    got: list = []
+    monkeypatch.setattr(resolve_mod, "resolve_explained",
+                        lambda req, wheels: got.append(wheels) or pins(a="1"))
+    monkeypatch.setattr(resolve_mod, "uv_version", lambda: "uv 0.13.9")
+    req = LockRequest("t", "3.11", "x86_64-manylinux_2_36", ("a",), ())
+    lk, written = resolve_mod.ensure_lock(req, tmp_path, tmp_path / "w")
+    assert written and got == [tmp_path / "w"] and [p.name for p in lk.packages] == ["a"]
