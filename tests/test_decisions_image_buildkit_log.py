@@ -289,3 +289,26 @@ def test_a_reproducible_build_is_loaded_from_its_archive_and_the_archive_removed
     assert (tmp_path / "client" / "asked").read_text().splitlines() == [
         f"load -i {archive}", f"image inspect --format {{{{.Id}}}} {plan.ref()}"]
     assert f"loading {plan.ref()} into the Engine" in notes.statuses
+
+
+def test_an_archive_the_engine_does_not_load_is_said_with_its_words(tmp_path, monkeypatch):
+    import subprocess
+
+    answers: dict[str, subprocess.CompletedProcess] = {}
+    monkeypatch.setattr(buildkit, "run_cli", lambda args, **kw: answers[args[0]])
+    archive = tmp_path / "ctx.oci.tar"
+    archive.write_bytes(b"x")
+    long = "open /var/lib/docker/tmp/x: no space left on device " + "y" * 400
+    answers["load"] = subprocess.CompletedProcess([], 1, "", long)
+    with pytest.raises(JobFailed) as e:
+        buildkit._load(archive, "r/x:t", Notes())
+    assert e.value.message == "the Engine did not load the image BuildKit built (r/x:t)"
+    assert e.value.facts == [long[-300:]]
+    assert e.value.hint == "image r/x:t was not tagged; run the command again"
+    assert not archive.exists()
+    answers["load"] = subprocess.CompletedProcess([], 0, "Loaded image: r/x:other\n" * 20, "")
+    answers["image"] = subprocess.CompletedProcess([], 1, "", "No such image: r/x:t")
+    with pytest.raises(JobFailed) as e:
+        buildkit._load(archive, "r/x:t", Notes())
+    assert e.value.message == "the Engine loaded the image BuildKit built, but not as r/x:t"
+    assert e.value.facts == [("Loaded image: r/x:other\n" * 20).strip()[-300:]]
