@@ -380,6 +380,48 @@ registries:
     assert t.policy_for("r.example/y") == SignPolicy(where, key="keys/a.pub", attestations=())
 
 
+def test_the_registry_table_s_defaults_and_refusals_word_for_word(tmp_path):
+    from imgbuild.catalog.registries import RegistryRule
+
+    assert load_registries([tmp_path / "none"]).default == RegistryRule(
+        "", "gzip", "every client reads gzip", "(built in)")
+    f = tmp_path / "images" / "registries.yaml"
+    t = registries(tmp_path, "default: {compression: zstd}\n")
+    assert t.default == RegistryRule("", "zstd", "", str(f)) and t.rules == ()
+    t = registries(tmp_path, "default: {compression: gzip, reason: mirrors}\n"
+                             "registries:\n  - {match: 'r.example/acme/ ', compression: zstd}\n"
+                             "  - {match: r.example, compression: gzip, reason: old pullers}\n")
+    assert t.default.reason == "mirrors"
+    assert t.rules == (RegistryRule("r.example/acme", "zstd", "", str(f)),
+                       RegistryRule("r.example", "gzip", "old pullers", str(f)))
+    assert t.rule_for("r.example/acme/x").compression == "zstd"
+    with pytest.raises(SpecError) as e:
+        registries(tmp_path, "registries:\n  - {match: ' / ', compression: gzip}\n")
+    assert e.value.message == (f"{f}: registries[0].match: expected a registry host or "
+                               "repository, got ''")
+    with pytest.raises(SpecError) as e:
+        registries(tmp_path, "registries:\n  - {match: r.example, compression: lz4}\n")
+    assert e.value.message == (f"{f}: registries[0].compression: expected one of: gzip, zstd, "
+                               "got 'lz4'")
+
+
+def test_the_longest_matching_signed_by_rule_is_the_policy(tmp_path):
+    t = registries(tmp_path, """
+registries:
+  - {match: r.example/acme/serving/x, compression: zstd}
+  - match: r.example/acme
+    signed-by: {key: a.pub}
+  - match: r.example/acme/serving
+    signed-by: {key: b.pub}
+  - match: r.example
+    signed-by: {key: c.pub}
+""")
+    assert t.policy_for("r.example/acme/serving/x").key == "b.pub"
+    assert t.policy_for("r.example/acme/other").key == "a.pub"
+    assert t.policy_for("r.example/zzz").key == "c.pub"
+    assert t.policy_for("q.example/acme") is None
+
+
 # --- the publish order ------------------------------------------------------------------------
 
 class _Image:
