@@ -377,6 +377,75 @@ def test_patch_spec_errors_name_file_and_key(tmp_path, old, new, key, expected):
     assert expected in str(e.value)
 
 
+W = "images/patches/p.yaml"
+
+
+@pytest.mark.parametrize("old, new, said", [
+    ("package: demo", "package: demo\nid: other",
+     f"{W}: id: expected the file's name, 'p', got 'other'"),
+    ("package: demo", "package: 'Demo pkg'",
+     f"{W}: package: expected a package name such as 'sglang', got 'Demo pkg'"),
+    ("package: demo", "package: 1", f"{W}: package: expected a package name such as 'sglang'"),
+    ("versions: '>=1.0,<2'", "versions: 3", f"{W}: versions: expected a PEP 440 specifier"),
+    ("fixes: it breaks", "fixes: '  '",
+     f"{W}: fixes: expected the error the patch fixes, in the user's words, got '  '"),
+    ("fixes: it breaks", "fixes: [1]",
+     f"{W}: fixes: expected the error the patch fixes, in the user's words"),
+    ("diff: p.diff", "diff: p.diff\nvariants: []",
+     f"{W}: diff: expected exactly one of `diff:` or `variants:`, got 'both'"),
+    ("diff: p.diff", "variants: []",
+     f"{W}: variants: expected at least one {{versions, diff}}, got []"),
+    ("diff: p.diff", "variants: 1", f"{W}: variants: expected a list of {{versions, diff}}"),
+    ("diff: p.diff", "variants: [{versions: '>=1', diff: ../p.diff}]",
+     f"{W}: variants[0].diff: expected a path inside images/patches/, got '../p.diff'"),
+    ("diff: p.diff", "variants: [{versions: '>>1', diff: p.diff}]",
+     f"{W}: variants[0].versions: expected a PEP 440 specifier"),
+    ("diff: p.diff", "diff: /etc/p.diff",
+     f"{W}: diff: expected a path inside images/patches/, got '/etc/p.diff'"),
+    ("probe: assert True", "probe: 3",
+     f"{W}: probe: expected a few lines of Python that fail without the patch"),
+    ("upstream: unknown", "upstream: github.com/x",
+     f"{W}: upstream: expected an https:// URL of the upstream issue or pull request, or "
+     "'unknown', got 'github.com/x'"),
+    ("diff: p.diff", "diff: [1]",
+     f"{W}: diff: expected a unified diff (inline, or a path to a .diff file next to the YAML) "
+     "whose paths are relative to site-packages, got [1]"),
+    ("diff: p.diff", "diff: '--- a/x\n\n  junk'",
+     f"{W}: diff: expected a unified diff (inline, or a path to a .diff file next to the YAML) "
+     "whose paths are relative to site-packages, got \"<inline>: line 1: '--- ' not followed by "
+     "'+++ '\""),
+    ("diff: p.diff", "diff: 'x/../p.diff'",
+     f"{W}: diff: expected a path inside images/patches/, got 'x/../p.diff'"),
+    ("versions: '>=1.0,<2'", "versions: ' '",
+     f"{W}: versions: expected a PEP 440 specifier in quotes, such as '>=0.5.7,<0.5.17', "
+     "got ' '"),
+    ("versions: '>=1.0,<2'", "versions: '>=2,<1'",
+     f"{W}: versions: expected a range some version falls in, got \"'>=2,<1' (no version "
+     "satisfies all of it: check the bounds' order)\""),
+])
+def test_patch_spec_errors_word_for_word(tmp_path, old, new, said):
+    images = _patch_files(tmp_path)
+    assert old in GOOD
+    (images / "patches" / "p.yaml").write_text(GOOD.replace(old, new))
+    with pytest.raises(SpecError) as e:
+        patchdata.load_patches(images)
+    assert e.value.message.startswith(said), e.value.message
+
+
+def test_a_package_name_may_be_written_with_capitals(tmp_path):
+    images = _patch_files(tmp_path)
+    (images / "patches" / "p.yaml").write_text(GOOD.replace("package: demo", "package: Demo_X"))
+    assert patchdata.load_patches(images)["p"].package == "demo-x"
+
+
+def test_a_patch_file_neither_diff_nor_variants_is_said_so(tmp_path):
+    images = _patch_files(tmp_path)
+    (images / "patches" / "p.yaml").write_text(GOOD.replace("diff: p.diff\n", ""))
+    with pytest.raises(SpecError) as e:
+        patchdata.load_patches(images)
+    assert e.value.message == f"{W}: diff: expected exactly one of `diff:` or `variants:`, got 'neither'"
+
+
 def test_unknown_patch_id_in_a_target_names_the_target(images_copy):
     t = (images_copy / "sglang-0516-blackwell.yaml")
     t.write_text(t.read_text().replace(f"- {IGNORE}", "- sglang-ct-ignore-exact"))
