@@ -404,3 +404,16 @@ def test_an_engine_the_user_names_is_taken_as_said_or_refused_with_the_way_to_wr
         doctor.engine_given("sglang==latest", failures)
     assert x.value.message == "--engine sglang==latest: 'latest' is not a version"
     assert x.value.hint == "write NAME==VERSION, e.g. --engine sglang==0.5.16"
+
+
+def test_a_progress_bar_line_is_what_a_terminal_would_show():
+    got = [shown for shown, _msg, _rank in doctor._clean(
+        ["Loading  10%\rLoading  50%\rLoading 100%", "\r\r", "plain"], ())]
+    assert got == ["Loading 100%", "", "plain"]
+
+
+def test_bytes_that_are_not_utf8_are_read_as_replacements():
+    import io
+
+    got = list(doctor._text_stream(io.BytesIO(b"ok\n\xff\xfe bad\nend\n")))
+    assert got == ["ok", "\ufffd\ufffd bad", "end"]
