@@ -86,7 +86,11 @@ class LocalIndex:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pypiserver", "run", "-p", str(self.port), "-i", "127.0.0.1",
              "-a", ".", "-P", ".", *([] if self.fallback else ["--disable-fallback"]),
-             "--hash-algo", "sha256", str(self.root)],
+             "--hash-algo", "sha256",
+             # The directory is read on every request. The default backend caches its listing
+             # and learns of a new file from a watchdog thread: a wheel added during a test
+             # could be missing from the next answer, and was once in CI (test_outdated).
+             "--backend", "simple-dir", str(self.root)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
