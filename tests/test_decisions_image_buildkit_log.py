@@ -6,7 +6,6 @@ fails the build with that step's lines, and the log is kept where asked."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
@@ -24,18 +23,10 @@ LOGS = Path(__file__).parent / "data" / "buildkit"
 IID = "sha256:0b20d199f52258243a848314732cd28aed27a41538aab23d694c41a88f17cf68"
 
 
-
-
 def _client(tmp_path, log: str, rc: int) -> DockerCLI:
-    """A client that prints `log` and exits `rc`, writing the image id where --iidfile says."""
-    script = tmp_path / "docker"
-    script.write_text(
-        "#!/bin/sh\n"
-        'while [ $# -gt 0 ]; do [ "$1" = --iidfile ] && '
-        f"printf %s {IID} > \"$2\"; shift; done\n"
-        f"cat {shlex.quote(str(LOGS / log))}\nexit {rc}\n")
-    script.chmod(0o755)
-    return DockerCLI(str(script), "20.10.24+dfsg1", True)
+    """A client that prints the recorded `log` and exits `rc`, writing the image id where
+    --iidfile says (_scripted, below)."""
+    return _scripted(tmp_path, (LOGS / log).read_bytes(), rc)
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +35,7 @@ def plan():
 
 
 def _build(plan, tmp_path, monkeypatch, log, rc=0, **kw):
-    monkeypatch.setattr(buildkit, "cli", lambda: _client(tmp_path, log, rc))
-    ctx = tmp_path / "ctx"
-    ctx.mkdir(exist_ok=True)
-    notes = Notes()
-    return buildkit.docker_build(plan, ctx, secrets=Secrets(), flags="", progress=notes,
-                                 **kw), notes
+    return _run(plan, tmp_path, monkeypatch, _client(tmp_path, log, rc), **kw)
 
 
 def test_a_build_says_each_step_done_and_counts_them(plan, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ shapes come from); no GPU is needed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -163,7 +164,6 @@ def test_a_path_is_writable_where_its_nearest_directory_is(tmp_path, make):
 
 # --- reading the host: nvidia-smi's answers, recorded, and the ways it fails ------------------
 
-from pathlib import Path  # noqa: E402
 
 NVSMI = Path(__file__).parent / "fixtures" / "nvidia-smi"
 
