@@ -311,3 +311,21 @@ def test_a_watch_and_a_wait_poll_once_a_second_and_probes_are_short(monkeypatch,
     w = container.watch(_launch(host_port=server.port, phases=PHASES), "cid", timeout_s=60,
                         poll_s=0, clock=Clock())
     assert w.status == "ready" and asked == [("health", 2), ("models", 2), ("models", 5)]
+
+
+def test_a_timeout_reports_the_time_that_decided_it(monkeypatch):
+    """Between the top of a poll and the reading that decides a timeout the endpoints are
+    asked (and the log reader reads the clock too): the seconds reported are those of the
+    deciding reading, never less than the timeout."""
+    import threading
+
+    main = threading.current_thread()
+    readings = iter([0.0, 1.0, 10.0, 11.0])
+
+    def clock() -> float:  # the poll's own readings; the log reader's are not counted
+        return next(readings) if threading.current_thread() is main else 0.0
+
+    Client(monkeypatch, ["running 0"], log=[])
+    w = container.watch(_launch(host_port=1, phases=PHASES), "cid", timeout_s=5, poll_s=0,
+                        clock=clock)
+    assert (w.status, w.seconds) == ("timeout", 10.0)

@@ -175,12 +175,20 @@ def watch(launch: Launch, container_id: str, *, timeout_s: float,
     reader = threading.Thread(target=follow, name="container-log", daemon=True)
     reader.start()
     base = f"http://127.0.0.1:{launch.host_port}"
+
+    def elapsed() -> float:
+        # The time that decides a timeout is the time reported with it (the log reader and
+        # the endpoints' answers take time between the top of a poll and this reading).
+        s = clock() - started
+        w.seconds = round(s, 1)
+        return s
+
     while True:
         w.seconds = round(clock() - started, 1)
         state = _state(container_id)
         verdict = watch_verdict(
             state, lambda: _answers(base, launch.health_path) and
-            _answers(base, launch.models_path), lambda: clock() - started, timeout_s)
+            _answers(base, launch.models_path), elapsed, timeout_s)
         if verdict == "exited":
             assert state is not None
             w.status, w.exit_code = "exited", state[1]
