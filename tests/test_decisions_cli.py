@@ -383,3 +383,45 @@ def test_the_output_is_made_as_the_common_options_ask(monkeypatch, capsys):
     assert main(["list", "--progress", "plain", "--json"]) == 0
     assert main(["list"]) == 0
     assert made == [(True, "plain"), (False, "auto")]
+
+
+# ------------------------------------------------------------------------------------------------
+# parser(): what argparse is told besides the help texts (those are the reviewed references)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_environment_gives_the_images_and_the_signing_key_when_no_flag_does(monkeypatch):
+    from imgbuild.cli.parser import parser
+    monkeypatch.setenv("IMGBUILD_IMAGES", "/srv/my-images")
+    monkeypatch.setenv("IMGBUILD_SIGN_KEY", "env://KEY")
+    p = parser()  # the defaults are read when the parser is made
+    build = p.parse_args(["build", "tiny-cpu"])
+    assert (build.images, build.sign_key) == ("/srv/my-images", "env://KEY")
+    assert p.parse_args(["index", "t", "--registry", "r"]).sign_key == "env://KEY"
+    assert p.parse_args(["build", "tiny-cpu", "--images", "x", "--sign-key", "k.key"]).sign_key \
+        == "k.key"
+    monkeypatch.setenv("IMGBUILD_SIGN_KEY", "")  # set but empty: no key, as when unset
+    monkeypatch.delenv("IMGBUILD_IMAGES")
+    p = parser()
+    assert p.parse_args(["build", "tiny-cpu"]).sign_key is None
+    assert p.parse_args(["index", "t", "--registry", "r"]).sign_key is None
+    assert p.parse_args(["list"]).images is None
+
+
+def test_numbers_are_read_as_numbers():
+    from imgbuild.cli.parser import parser
+    init = parser().parse_args(["init", "--size-gb", "1.5", "--tp", "2"])
+    assert init.size_gb == 1.5 and isinstance(init.size_gb, float) and init.tp == 2
+    run = parser().parse_args(["run", "tiny-cpu", "--gpus-per-node", "4"])
+    assert run.gpus_per_node == 4 and isinstance(run.gpus_per_node, int)
+    assert parser().parse_args(["run", "tiny-cpu"]).gpus_per_node == 8
+
+
+def test_smoke_model_takes_the_profile_as_alias_and_base_needs_a_subcommand(capsys):
+    from imgbuild.cli.parser import parser
+    assert parser().parse_args(["smoke-model", "tiny-nvfp4"]).alias == "tiny-nvfp4"
+    assert parser().parse_args(["base", "bootstrap"]).base_command == "bootstrap"
+    with pytest.raises(SystemExit) as e:
+        parser().parse_args(["base"])
+    assert e.value.code == 2
+    assert "the following arguments are required: base_command" in capsys.readouterr().err
