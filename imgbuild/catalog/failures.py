@@ -280,7 +280,8 @@ def _parse_failures(doc: Doc) -> FailureCatalog:
             d.reject_unknown({"name", "regex", "engine", "generic"})
             engine = d.get("engine", str, None)
             if engine is not None and engine not in names:
-                raise SpecError(d.path, d.key("engine"), "the name of one of engines:", engine)
+                raise SpecError(d.path, d.key("engine"), "the name of an engine under engines: ("
+                                + (", ".join(sorted(names)) or "none is declared") + ")", engine)
             generic = d.get("generic", str, None,
                             what="why other programs write this prefix too, in words")
             if generic is not None and (not generic.strip() or engine is None):
@@ -353,7 +354,10 @@ def _fields(template: str) -> list[str]:
         if name is None:
             continue
         if not _NAME.match(name) or spec or conv:
-            raise ValueError(name or "{}")
+            # The placeholder as written ({name!r}, {n:>5}, {}), so the refusal shows the user
+            # their own text and not a cleaned-up one that looks right.
+            raise ValueError("{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+                             + "}")
         out.append(name)
     return out
 
@@ -364,7 +368,7 @@ def _check_template(d: Doc, key: str, template: str, alts: Sequence[Alternative]
         names = _fields(template)
     except ValueError as e:
         raise SpecError(d.path, d.key(key), "plain {name} placeholders (write {{ and }} for "
-                        "literal braces)", f"{{{e}}}") from None
+                        "literal braces)", str(e)) from None
     extra = set(extra)
     for k, alt in enumerate(alts):
         have = alt.names | extra
