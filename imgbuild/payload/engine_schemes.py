@@ -125,6 +125,8 @@ def safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
         header = _smoke().read_safetensors_header(path)
     except ValueError as e:
         raise ProbeInputError(str(e)) from None
+    except OSError as e:  # a directory named *.safetensors, a file this user may not read
+        raise ProbeInputError(f"{path}: cannot be read ({e.strerror or e})") from None
     return {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
@@ -534,8 +536,9 @@ def _check_arch(engine: Engine, engine_name: str, qcfg: dict[str, Any], checks: 
 
 
 class NotAskable(Exception):
-    """The engine cannot be asked this without what only a GPU run builds: not a mismatch,
-    reported apart (`not_asked`)."""
+    """The engine cannot be asked this without what only a GPU run builds: not a mismatch.
+    Counted as `not asked` under `chosen`, and listed under `kernel_not_built` with no scheme
+    and the reason (`not asked: ...`)."""
 
 
 def _constructing(e: BaseException) -> type | None:
@@ -586,8 +589,9 @@ def render_text(report: dict[str, Any]) -> str:
                      f"{m['declared']}): expected {want}, got {got}"
                      + (f": {m['error']}" if m["error"] else ""))
     s = report["seconds"]
-    lines.append(f"{'ok' if report['ok'] else 'FAILED'}: {len(report['mismatches'])} "
-                 f"mismatches; import {s['import']:.1f} s, check {s['check']:.1f} s")
+    n = len(report["mismatches"])
+    lines.append(f"{'ok' if report['ok'] else 'FAILED'}: {n} mismatch{'' if n == 1 else 'es'}; "
+                 f"import {s['import']:.1f} s, check {s['check']:.1f} s")
     return "\n".join(lines)
 
 
