@@ -76,6 +76,40 @@ def test_the_catalog_these_cases_break_is_valid(tmp_path):
     assert [p.name for p in cat.prefixes] == ["widgets", "stamp"]
     assert [p.name for p in cat.outer] == ["kubelet"]
     assert fp.around[0].contains == "port " and fp.alternatives[0].near[0].role == "loader"
+    # Every field as read, so a reader that drops one is caught here, not in doctor's output.
+    engine, = cat.engines
+    sign, = engine.signs
+    assert (engine.name, engine.title) == ("widgets", "Widgets")
+    assert (sign.regex.pattern, sign.contains, sign.weight) == \
+        (r"widgets (?P<version>[\d.]+) ready", "widgets ", 2)
+    assert [(p.engine, p.generic) for p in cat.prefixes] == \
+        [("widgets", None), ("widgets", "any logger writes it")]
+    size = fp.derive[1]
+    assert (size.source, size.table, size.default) == ("name", (("gear", "small"),), "some size")
+    assert fp.applies_to == (("widgets", "<2"),) and fp.engines == (("widgets", "<2"),)
+    assert fp.dedupe_by == ("name",) and fp.defaults == (("colour", "a colour"),)
+    assert [str(s) for s in fp.sources] == ["widgets==1.0 widgets/core.py:10"]
+    # applies_to names a package that is no engine here: no engine range.
+    other = _edited("failures.0.applies_to", {"torch": ">=2"})
+    assert load_failures(_write(tmp_path, other)).fingerprints[0].engines == ()
+
+
+def test_a_second_failure_with_the_same_id_names_the_first(tmp_path):
+    data = copy.deepcopy(GOOD)
+    data["failures"].append(copy.deepcopy(data["failures"][0]))
+    with pytest.raises(SpecError) as e:
+        load_failures(_write(tmp_path, data))
+    assert e.value.message == (f"{tmp_path.name}/checks/failures.yaml: failures[1].id: expected "
+                               "a unique id (failures[0] has it too), got 'widget-missing'")
+
+
+def test_the_preflight_sentences_are_each_failures_title_cause_and_fix():
+    from .conftest import checkout_workspace
+    cat = checkout_workspace().failures
+    said = failures.preflight_sentences(cat)
+    by_id = {fp.id: fp for fp in cat.fingerprints}
+    assert said == {f: {"title": by_id[f].title, "cause": by_id[f].cause, "fix": by_id[f].fix}
+                    for f in failures.PREFLIGHT_FAILURES}
 
 
 @pytest.mark.parametrize("path, value, said, hint", [
