@@ -56,3 +56,16 @@ def test_probe_and_apply_read_the_same_files():
     probe = patchset.probe_command("python3")
     assert probe[:3] == ["python3", "/opt/imgbuild/patcher.py", "--probe"]
     assert " ".join(probe[3:]) in patchset.apply_command("python3")
+
+
+def test_what_pins_a_bases_bytes_is_its_digest_or_its_recorded_rootfs(ws):
+    from imgbuild.plan.decide import _base_digest
+    boot = ws.catalog.bases["debian-bookworm"]
+    pulled = ws.catalog.bases["ubuntu24.04"]
+    assert boot.bootstrap and not pulled.bootstrap
+    assert _base_digest(ws.catalog, pulled, "ubuntu:24.04@sha256:ab") == "sha256:ab"
+    # A bootstrapped base's own tag is pinned by the rootfs its recipe records ...
+    assert _base_digest(ws.catalog, boot, boot.image) == boot.bootstrap["rootfs"]
+    # ... another image on it (nvidia/cuda's, by tag) is not, and neither is a pulled base's tag.
+    assert _base_digest(ws.catalog, boot, "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04") is None
+    assert _base_digest(ws.catalog, pulled, pulled.image) is None
