@@ -90,6 +90,9 @@ def env(index, uv_cache, monkeypatch, tmp_path) -> Env:
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     # Only the resolver's own binary is swapped: uv itself answers every question.
     monkeypatch.setattr(resolve_mod, "uv_bin", lambda: str(shim))
+    # These are uv's answers and their cache: the static proof, which would answer the first
+    # override from eng-a's metadata, is tested on its own (tests/test_lock_static.py).
+    monkeypatch.setattr(resolve_mod, "static_proofs", lambda *a: {})
     return Env(index, tmp_path, log)
 
 

@@ -26,7 +26,7 @@ from ..fsutil import atomic_write_text
 from .wheels import cache_root
 
 # Bump when what a check computes or how its effect is worded changes: older answers then miss.
-CHECK_FORMAT = 1
+CHECK_FORMAT = 2
 
 # UV_* variables that change how uv works, never what it resolves: kept out of the key so a
 # bigger download pool or another cache directory does not throw every answer away.

@@ -18,10 +18,10 @@ from packaging.utils import canonicalize_name
 
 from ..catalog.indexes import strip_credentials
 from ..errors import EnvError, ImgbuildError, ResolveError
-from . import checkcache, conflicts
+from . import checkcache, conflicts, staticproof
 from .lockfile import Lockfile, LockRequest, parse_body, read_lock, write_lock
 from .uv import index_args, uv_bin, uv_env, uv_version
-from .wheels import mirror_index
+from .wheels import index_urls, mirror_index
 
 # uv's words when a request never got an answer (DNS, refused, timed out, TLS) or the index
 # answered with an error: the machine's network or the index's address, not the requirements.
@@ -133,10 +133,14 @@ def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile, *,
                     jobs: int | None = None, use_cache: bool = True) -> list[OverrideStatus]:
     """Resolve without each override in turn: one that changes nothing is removable.
 
-    The checks are independent: they run side by side (`jobs`, default check_workers), and
-    the statuses come back in the request's order of overrides whatever finishes first. Each
-    answer is kept in the check cache (checkcache) by the digest of its inputs, so the same
-    request, environment and lock answer again without uv."""
+    First the static proof (static_proofs): an override some locked package's own metadata
+    shows the lock needs is answered without uv. The rest are independent uv checks: they run
+    side by side (`jobs`, default check_workers), and the statuses come back in the request's
+    order of overrides whatever finishes first. Each answer is kept in the check cache
+    (checkcache) by the digest of its inputs, so the same request, environment and lock answer
+    again without uv or the index."""
+    if not req.overrides:
+        return []
     env = uv_env()
     common = {  # what every check of this request shares: read once, not once per check
         "uv_version": uv_version(), "uv_settings": checkcache.uv_settings(env),
@@ -144,26 +148,73 @@ def check_overrides(req: LockRequest, wheels: Path | None, locked: Lockfile, *,
         "default_index": checkcache.clean_url(mirror_index()),
         "locked_pins": locked.digest}
 
-    def one(ov: str) -> OverrideStatus:
+    def without(ov: str) -> LockRequest:
         # Everything of the request but the one override (build_from_source included: a check
         # that refused sdists the target allows would call an override needed that is not).
-        without = replace(req, overrides=tuple(o for o in req.overrides if o != ov))
-        key = checkcache.check_key(checkcache.CheckInputs(
-            dropped=ov, python=without.python, uv_platform=without.uv_platform,
-            requirements=without.requirements, overrides=without.overrides,
-            extra_index_urls=tuple(strip_credentials(u) for u in without.extra_index_urls),
-            build_from_source=without.build_from_source, **common))
-        if use_cache and (hit := checkcache.load(key, ov)) is not None:
-            return OverrideStatus(**hit)
-        status = _check_one(without, ov, wheels, locked)
+        return replace(req, overrides=tuple(o for o in req.overrides if o != ov))
+
+    def key(ov: str) -> str:
+        w = without(ov)
+        return checkcache.check_key(checkcache.CheckInputs(
+            dropped=ov, python=w.python, uv_platform=w.uv_platform,
+            requirements=w.requirements, overrides=w.overrides,
+            extra_index_urls=tuple(strip_credentials(u) for u in w.extra_index_urls),
+            build_from_source=w.build_from_source, **common))
+
+    keys = {ov: key(ov) for ov in req.overrides}
+    answers: dict[str, OverrideStatus] = {}
+    if use_cache:
+        for ov in req.overrides:
+            if (hit := checkcache.load(keys[ov], ov)) is not None:
+                answers[ov] = OverrideStatus(**hit)
+    for ov, effect in static_proofs(
+            req, tuple(ov for ov in req.overrides if ov not in answers), wheels, locked).items():
+        # Kept like uv's answers: the key holds every input the proof read (the lock's pins
+        # with the hashes that name the wheels whose metadata it read, the request, the
+        # indexes, the --find-links files), so it stays true exactly as long as they do.
+        answers[ov] = OverrideStatus(ov, True, effect)
+        checkcache.store(keys[ov], asdict(answers[ov]))
+
+    def one(ov: str) -> OverrideStatus:
+        status = _check_one(without(ov), ov, wheels, locked)
         # Only verdicts are kept: a network failure raises EnvError above and is never stored.
-        checkcache.store(key, asdict(status))
+        checkcache.store(keys[ov], asdict(status))
         return status
 
-    if not req.overrides:
-        return []
-    with ThreadPoolExecutor(max_workers=jobs or check_workers(len(req.overrides))) as pool:
-        return list(pool.map(one, req.overrides))  # map keeps the input order
+    rest = [ov for ov in req.overrides if ov not in answers]
+    if rest:
+        with ThreadPoolExecutor(max_workers=jobs or check_workers(len(rest))) as pool:
+            answers.update(zip(rest, pool.map(one, rest)))
+    return [answers[ov] for ov in req.overrides]  # the request's order
+
+
+def static_proofs(req: LockRequest, overrides: tuple[str, ...], wheels: Path | None,
+                  locked: Lockfile) -> dict[str, str]:
+    """The overrides the lock surely needs by its packages' own metadata, each with its effect
+    in words (staticproof); the others are uv's to answer. Reads the metadata of a few locked
+    packages per override, all side by side, from the indexes uv is given for this request."""
+    if not overrides:
+        return {}
+    packages = {p.name: p for p in locked.packages}
+    via = staticproof.requirers(locked.body)
+    pending = {}
+    for ov in overrides:
+        name = staticproof.override_name(ov)
+        if name is not None and name in packages:
+            pending[ov] = tuple(r for r in via.get(name, ()) if r in packages)
+    to_read = staticproof.requirers_to_read(pending)
+    # The indexes uv resolves from (index_args): with --find-links, the default index only.
+    urls = index_urls(() if wheels is not None else req.extra_index_urls)
+    metadata = staticproof.read_metadata(
+        (packages[r] for names in to_read.values() for r in names), python=req.python,
+        uv_platform=req.uv_platform, index_urls=urls, wheels=wheels)
+    env = staticproof.marker_environment(req.python, req.uv_platform)
+    out = {}
+    for ov, names in to_read.items():
+        kept = tuple(o for o in req.overrides if o != ov)
+        if (effect := staticproof.prove(ov, kept, packages, names, metadata, env)) is not None:
+            out[ov] = effect
+    return out
 
 
 def _check_one(without: LockRequest, ov: str, wheels: Path | None,
