@@ -236,3 +236,78 @@ def test_metadata_is_read_from_a_wheels_tail_only_when_all_of_it_is_there(tmp_pa
     body_at = data.index(b"eng_a-1.0.dist-info/METADATA") + len("eng_a-1.0.dist-info/METADATA")
     torn = data[:body_at] + bytes([data[body_at] ^ 0xFF]) + data[body_at + 1:]
     assert sp.metadata_from_tail(torn, len(torn)) is None
+
+
+# --- what mutation testing showed untested ----------------------------------------------------
+
+def test_the_marker_environment_is_made_when_asked():
+    """(ENV above is made when this module is imported: here the function runs in the test.)"""
+    assert sp.marker_environment("3.11", "aarch64-manylinux_2_28") == {
+        "python_version": "3.11", "sys_platform": "linux", "platform_system": "Linux",
+        "os_name": "posix", "platform_machine": "aarch64"}
+
+
+def test_a_requirement_that_does_not_parse_is_passed_over_not_the_end_of_the_list():
+    dist = ("torch @", "torch==2.14.0")
+    assert sp.breaking_requirements(dist, "torch", "2.14.1", ENV) == ("torch==2.14.0",)
+    assert sp.breaking_requirements(("numba>=0", "torch==2.14.0"), "torch", "2.14.1", ENV) == \
+        ("torch==2.14.0",)
+
+
+def test_only_the_via_block_names_requirers():
+    body = ("ctensors==0.11.0 \\\n    --hash=sha256:aa\n    # from https://pypi.org/simple\n"
+            "    #   not-a-requirer\n    # via eng-a\n")
+    assert sp.requirers(body) == {"ctensors": ("eng-a",)}
+
+
+def _zip(tmp_path, members, *, comment=b"") -> bytes:
+    """A wheel-shaped zip: (name, bytes, stored?) members in order, each with a comment."""
+    import zipfile
+    path = tmp_path / "w.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data, stored in members:
+            info = zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+            info.comment = comment
+            z.writestr(info, data)
+    return path.read_bytes()
+
+
+WHEEL_META = b"Metadata-Version: 2.1\nName: p\nVersion: 1\nRequires-Dist: q==1\n" * 3
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_the_metadata_member_is_found_past_others_stored_or_deflated(tmp_path, stored):
+    data = _zip(tmp_path, [("p/__init__.py", b"x" * 500, False),
+                           ("p-1.dist-info/RECORD", b"r", True),
+                           ("p-1.dist-info/METADATA", WHEEL_META, stored)], comment=b"a comment")
+    assert sp.metadata_from_tail(data, len(data)) == WHEEL_META
+    # The tail may start anywhere before the member: offsets are the file's, not the tail's.
+    start = data.index(b"p-1.dist-info/METADATA") - 40
+    assert sp.metadata_from_tail(data[start:], len(data)) == WHEEL_META
+
+
+def test_only_the_top_level_dist_info_metadata_counts(tmp_path):
+    data = _zip(tmp_path, [("p/vendored/q-1.dist-info/METADATA", b"Name: q\n", True)])
+    assert sp.metadata_from_tail(data, len(data)) is None
+
+
+def test_a_member_name_that_is_not_utf8_does_not_stop_the_search(tmp_path):
+    data = _zip(tmp_path, [("p/a.py", b"x", True), ("p-1.dist-info/METADATA", WHEEL_META, True)])
+    bad = data.replace(b"p/a.py", b"p/\xff.py")
+    assert sp.metadata_from_tail(bad, len(bad)) == WHEEL_META
+
+
+def test_a_zip64_directory_or_a_cut_end_record_is_left_to_zipfile(tmp_path):
+    import struct
+    data = _zip(tmp_path, [("p-1.dist-info/METADATA", WHEEL_META, True)])
+    at = data.rfind(b"PK\x05\x06")
+    assert sp.metadata_from_tail(data[:at + 10], len(data)) is None  # end record cut short
+    for field, value in ((10, 0xFFFF), (16, 0xFFFFFFFF)):  # member count, directory offset
+        fmt = "<H" if value == 0xFFFF else "<L"
+        z64 = bytearray(data)
+        struct.pack_into(fmt, z64, at + field, value)
+        assert sp.metadata_from_tail(bytes(z64), len(z64)) is None
+    # A local header beyond the tail (a tail that starts after it) is no answer either.
+    cd = data.index(b"PK\x01\x02")
+    assert sp.metadata_from_tail(data[cd:], len(data)) is None

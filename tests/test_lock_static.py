@@ -162,3 +162,29 @@ def test_a_metadata_file_is_read_and_without_one_a_server_that_ignores_range_pro
     # The server answers the Range request with the whole file: that is not read, no proof.
     assert sp.file_requirements(pkg, python="3.11", uv_platform=PLAT, index_urls=(url,),
                                 wheels=None) is None
+
+
+def test_a_wheel_whose_metadata_is_not_in_the_tail_read_is_read_by_more_ranges(env,
+                                                                                 monkeypatch):
+    """The tail read first cut to 64 bytes: the zip's directory is not all in it, and the
+    member is read by Range requests through zipfile (the long way), with the same answer."""
+    pkg = locked_pkg(make_wheel(X86, env.root))
+    monkeypatch.setattr(sp, "RANGE_TAIL", 64)
+    assert sp.file_requirements(pkg, python="3.11", uv_platform=PLAT, index_urls=(env.url,),
+                                wheels=None) == (("ctensors==0.8.1",),)
+
+
+def test_a_requirement_whose_marker_fits_the_target_proves_the_override(env, tmp_path):
+    env.add(WheelSpec("eng-m", "1.0",
+                      requires=("ctensors==0.8.1; sys_platform == 'linux' and "
+                                "platform_machine == 'x86_64'",)))
+    req = LockRequest("t", "3.11", PLAT, ("eng-m==1.0",), ("ctensors>=0.10",))
+    lock, _ = ensure_lock(req, tmp_path / "locks")
+    assert resolve_mod.static_proofs(req, req.overrides, None, lock) == {
+        "ctensors>=0.10": "without it: eng-m 1.0 requires ctensors==0.8.1, the lock has "
+                          "ctensors 0.11.0"}
+    # For an aarch64 image the requirement does not apply: nothing to prove, uv answers.
+    arm = LockRequest("t", "3.11", "aarch64-manylinux_2_36", ("eng-m==1.0",),
+                      ("ctensors>=0.10",))
+    lock, _ = ensure_lock(arm, tmp_path / "locks")
+    assert resolve_mod.static_proofs(arm, arm.overrides, None, lock) == {}

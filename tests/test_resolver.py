@@ -45,6 +45,9 @@ def index(tmp_path_factory):
 def use_index(index, monkeypatch, tmp_path):
     monkeypatch.setenv("UV_INDEX_URL", index.url)
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    # The override checks' answers too: a test's lock is asked for real, and nothing is kept
+    # outside the test.
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "imgbuild-cache"))
     return index
 
 
