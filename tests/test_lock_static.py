@@ -188,3 +188,16 @@ def test_a_requirement_whose_marker_fits_the_target_proves_the_override(env, tmp
                       ("ctensors>=0.10",))
     lock, _ = ensure_lock(arm, tmp_path / "locks")
     assert resolve_mod.static_proofs(arm, arm.overrides, None, lock) == {}
+
+
+def test_a_lock_whose_inputs_match_is_read_back_and_a_torn_one_refused(env, tmp_path):
+    from imgbuild.errors import LockError
+    req = LockRequest("t", "3.11", PLAT, ("servo",), ())
+    lock, written = ensure_lock(req, tmp_path / "locks")
+    assert written
+    again, written = ensure_lock(req, tmp_path / "locks")
+    assert (again, written) == (lock, False)
+    path = tmp_path / "locks" / req.filename()
+    path.write_text(path.read_text()[:-40])
+    with pytest.raises(LockError):
+        ensure_lock(req, tmp_path / "locks")
