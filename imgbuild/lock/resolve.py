@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from ..catalog.indexes import strip_credentials
 from ..errors import EnvError, ImgbuildError, ResolveError
-from . import checkcache, conflicts, staticproof
+from . import checkcache, conflicts
 from .lockfile import Lockfile, LockRequest, parse_body, read_lock, write_lock
 from .uv import index_args, uv_bin, uv_env, uv_version
 from .wheels import index_urls, mirror_index
@@ -195,6 +195,8 @@ def static_proofs(req: LockRequest, overrides: tuple[str, ...], wheels: Path | N
     packages per override, all side by side, from the indexes uv is given for this request."""
     if not overrides:
         return {}
+    from . import staticproof  # zip records and metadata parsing: only where a lock is checked
+
     packages = {p.name: p for p in locked.packages}
     via = staticproof.requirers(locked.body)
     pending = {}
