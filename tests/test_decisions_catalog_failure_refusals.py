@@ -414,3 +414,17 @@ def test_the_plain_wording_keeps_each_segments_fallback():
     assert failures._without("run [[`x {a}`||try {b}]] now [[with {c}]]") == "run try {b} now "
     assert failures._segments("[[one {a}||two]] [[three {b}]]") == \
         [("one {a}", "two"), ("three {b}", "")]
+
+
+def test_an_unquoted_on_key_is_refused_with_the_yaml_rule_that_made_it_true(tmp_path):
+    text = yaml.safe_dump(GOOD, sort_keys=False).replace(
+        "at: widgets/core.py:10", "at: widgets/core.py:10\n    on: x")
+    assert "\n    on: x" in text
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "failures.yaml").write_text(text)
+    with pytest.raises(SpecError) as e:
+        load_failures(tmp_path)
+    assert e.value.message == (f"{tmp_path.name}/checks/failures.yaml: failures[0].sources[0].True: "
+                               "expected one of the known keys: at, in, got 'unknown key True'")
+    assert e.value.hint == ("YAML reads a key written on, off, yes or no without quotes as true "
+                            "or false: put the key in quotes")

@@ -30,6 +30,9 @@ class Doc:
             if k not in allowed:
                 close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else None
+                if isinstance(k, bool):  # YAML 1.1, which PyYAML reads: `on:` is the key True
+                    hint = ("YAML reads a key written on, off, yes or no without quotes as "
+                            "true or false: put the key in quotes")
                 raise SpecError(self.path, self.key(str(k)),
                                 "one of the known keys: " + ", ".join(sorted(allowed)),
                                 f"unknown key {k!r}", hint=hint)
