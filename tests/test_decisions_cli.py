@@ -424,4 +424,4 @@ def test_smoke_model_takes_the_profile_as_alias_and_base_needs_a_subcommand(caps
     with pytest.raises(SystemExit) as e:
         parser().parse_args(["base"])
     assert e.value.code == 2
-    assert "the following arguments are required: base_command" in capsys.readouterr().err
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true",
                    help="imgbuild's version and its built-in catalog's digest (with --json: "
                         "as JSON); the same as `imgbuild version`")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", parents=[common], help="targets and model profiles")
     sub.add_parser("version", parents=[common],
                    help="imgbuild's version and the built-in catalog it carries (its digest)")
@@ -319,7 +319,7 @@ def parser() -> argparse.ArgumentParser:
                         "slsaprovenance1) against this public key (a path), instead of the "
                         "signed-by policy images/registries.yaml gives the registry")
     s = sub.add_parser("base", parents=[common], help="base images")
-    bsub = s.add_subparsers(dest="base_command", required=True)
+    bsub = s.add_subparsers(dest="base_command", required=True, metavar="COMMAND")
     b = bsub.add_parser("bootstrap", parents=[common],
                         help="debootstrap + docker import a Debian base, tag and push it")
     b.add_argument("--base", default="debian-bookworm")
