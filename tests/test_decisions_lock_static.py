@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from imgbuild.lock import staticproof as sp
+from imgbuild.lock import wheels
 from imgbuild.lock.lockfile import LockedPackage
 
 from .wheelfactory import WheelSpec, make_wheel
@@ -228,14 +229,14 @@ def test_metadata_is_read_from_a_wheels_tail_only_when_all_of_it_is_there(tmp_pa
     data = path.read_bytes()
     meta = (b"Metadata-Version: 2.1\nName: eng-a\nVersion: 1.0\n"
             b"Requires-Dist: ctensors==0.8.1\n")
-    assert sp.metadata_from_tail(data, len(data)) == meta
+    assert wheels.metadata_from_tail(data, len(data)) == meta
     # The member's own bytes not in the tail, or the directory cut short: read another way.
-    assert sp.metadata_from_tail(data[-200:], len(data)) is None
-    assert sp.metadata_from_tail(data[-20:], len(data)) is None
+    assert wheels.metadata_from_tail(data[-200:], len(data)) is None
+    assert wheels.metadata_from_tail(data[-20:], len(data)) is None
     # A member whose bytes do not match their CRC is no answer.
     body_at = data.index(b"eng_a-1.0.dist-info/METADATA") + len("eng_a-1.0.dist-info/METADATA")
     torn = data[:body_at] + bytes([data[body_at] ^ 0xFF]) + data[body_at + 1:]
-    assert sp.metadata_from_tail(torn, len(torn)) is None
+    assert wheels.metadata_from_tail(torn, len(torn)) is None
 
 
 # --- what mutation testing showed untested ----------------------------------------------------
@@ -281,33 +282,33 @@ def test_the_metadata_member_is_found_past_others_stored_or_deflated(tmp_path, s
     data = _zip(tmp_path, [("p/__init__.py", b"x" * 500, False),
                            ("p-1.dist-info/RECORD", b"r", True),
                            ("p-1.dist-info/METADATA", WHEEL_META, stored)], comment=b"a comment")
-    assert sp.metadata_from_tail(data, len(data)) == WHEEL_META
+    assert wheels.metadata_from_tail(data, len(data)) == WHEEL_META
     # The tail may start anywhere before the member: offsets are the file's, not the tail's.
     start = data.index(b"p-1.dist-info/METADATA") - 40
-    assert sp.metadata_from_tail(data[start:], len(data)) == WHEEL_META
+    assert wheels.metadata_from_tail(data[start:], len(data)) == WHEEL_META
 
 
 def test_only_the_top_level_dist_info_metadata_counts(tmp_path):
     data = _zip(tmp_path, [("p/vendored/q-1.dist-info/METADATA", b"Name: q\n", True)])
-    assert sp.metadata_from_tail(data, len(data)) is None
+    assert wheels.metadata_from_tail(data, len(data)) is None
 
 
 def test_a_member_name_that_is_not_utf8_does_not_stop_the_search(tmp_path):
     data = _zip(tmp_path, [("p/a.py", b"x", True), ("p-1.dist-info/METADATA", WHEEL_META, True)])
     bad = data.replace(b"p/a.py", b"p/\xff.py")
-    assert sp.metadata_from_tail(bad, len(bad)) == WHEEL_META
+    assert wheels.metadata_from_tail(bad, len(bad)) == WHEEL_META
 
 
 def test_a_zip64_directory_or_a_cut_end_record_is_left_to_zipfile(tmp_path):
     import struct
     data = _zip(tmp_path, [("p-1.dist-info/METADATA", WHEEL_META, True)])
     at = data.rfind(b"PK\x05\x06")
-    assert sp.metadata_from_tail(data[:at + 10], len(data)) is None  # end record cut short
+    assert wheels.metadata_from_tail(data[:at + 10], len(data)) is None  # end record cut short
     for field, value in ((10, 0xFFFF), (16, 0xFFFFFFFF)):  # member count, directory offset
         fmt = "<H" if value == 0xFFFF else "<L"
         z64 = bytearray(data)
         struct.pack_into(fmt, z64, at + field, value)
-        assert sp.metadata_from_tail(bytes(z64), len(z64)) is None
+        assert wheels.metadata_from_tail(bytes(z64), len(z64)) is None
     # A local header beyond the tail (a tail that starts after it) is no answer either.
     cd = data.index(b"PK\x01\x02")
-    assert sp.metadata_from_tail(data[cd:], len(data)) is None
+    assert wheels.metadata_from_tail(data[cd:], len(data)) is None

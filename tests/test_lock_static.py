@@ -169,7 +169,7 @@ def test_a_wheel_whose_metadata_is_not_in_the_tail_read_is_read_by_more_ranges(e
     """The tail read first cut to 64 bytes: the zip's directory is not all in it, and the
     member is read by Range requests through zipfile (the long way), with the same answer."""
     pkg = locked_pkg(make_wheel(X86, env.root))
-    monkeypatch.setattr(sp, "RANGE_TAIL", 64)
+    monkeypatch.setattr(sp.wh, "RANGE_TAIL", 64)
     assert sp.file_requirements(pkg, python="3.11", uv_platform=PLAT, index_urls=(env.url,),
                                 wheels=None) == (("ctensors==0.8.1",),)
 

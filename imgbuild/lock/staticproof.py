@@ -17,12 +17,9 @@ proves nothing. Then uv answers, as before.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import struct
 import zipfile
-import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,10 +43,6 @@ MAX_REQUIRERS = 4
 MAX_NAMED = 3
 # Metadata files fetched at once: each is one or two small requests, waiting on the network.
 FETCH_WORKERS = 8
-# The end of a wheel read first when the index offers no metadata file: the zip's central
-# directory and, as wheels are written, the .dist-info members last in it (one request for
-# nearly every wheel; vLLM's 336 MB wheel needs ~0.9 MB).
-RANGE_TAIL = 1 << 20
 
 
 # --- the decisions: pure functions on plain data --------------------------------------------
@@ -226,7 +219,7 @@ def prove(override: str, kept: tuple[str, ...], packages: Mapping[str, LockedPac
     return effect(tuple(found), name, locked_version) if found else None
 
 
-# --- the metadata: from the index or the --find-links directory ------------------------------
+# --- the metadata: from the index (wheels.wheel_metadata) or the --find-links directory ------
 
 def requires_dist(raw: bytes) -> tuple[str, ...]:
     """Requires-Dist of a core metadata file."""
@@ -266,79 +259,6 @@ def _read_local(path: Path) -> bytes | None:
         return wh._metadata_member(z)
 
 
-def _read_remote(f: wh.IndexFile) -> bytes | None:
-    """A wheel's METADATA: the index's metadata file (PEP 658/714), a wheel this machine
-    keeps, or the wheel's end by HTTP Range, as uv itself reads it where an index has no
-    metadata file. Never the whole wheel: a server that ignores Range gives no answer."""
-    if f.sha256 and (local := wh.cached_wheel(f.sha256)) is not None:
-        return _read_local(local)
-    if f.metadata_url:
-        r = wh._session().get(f.metadata_url, timeout=wh.TIMEOUT)
-        if r.status_code == 200:
-            return r.content
-    if not f.sha256:
-        return None  # a file the lock's hashes cannot name: not surely the one uv read
-    with wh._session().get(f.url, headers={"Range": f"bytes=-{RANGE_TAIL}"}, stream=True,
-                           timeout=wh.TIMEOUT) as r:
-        m = re.match(r"bytes (\d+)-(\d+)/(\d+)", r.headers.get("Content-Range", ""))
-        if r.status_code != 206 or not m:
-            return None
-        tail = r.content
-    size = int(m.group(3))
-    if (raw := metadata_from_tail(tail, size)) is not None:
-        return raw
-    # Not all in the tail (a zip64 file, METADATA early in the archive): zipfile reads the
-    # rest by Range, a request or two more.
-    rf = wh._RangeFile(f.url, size, tail)
-    with zipfile.ZipFile(io.BufferedReader(rf, 1 << 16)) as z:
-        return wh._metadata_member(z)
-
-
-_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record
-_CDIR = struct.Struct("<4s6H3L5H2L")  # central directory file header
-_LOCAL = struct.Struct("<4s5H3L2H")  # local file header
-
-
-def metadata_from_tail(tail: bytes, size: int) -> bytes | None:
-    """A wheel's top-level `*.dist-info/METADATA` from the last bytes of the file (`size` in
-    all), read straight from the zip's records: zipfile reads every member's entry first, and
-    vLLM has 5 800. None when the member or the directory is not all in `tail`, the file is
-    zip64, or the data fails its CRC: then zipfile reads it the long way."""
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or at + _EOCD.size > len(tail):
-        return None
-    _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
-    base = size - len(tail)  # where the tail starts in the file
-    pos = cd_offset - base
-    if count == 0xFFFF or cd_offset == 0xFFFFFFFF or pos < 0 or pos + cd_size > len(tail):
-        return None
-    for _ in range(count):
-        if pos + _CDIR.size > len(tail):
-            return None
-        (sig, _, _, _, method, _, _, crc, csize, _, nlen, xlen, clen, _, _, _,
-         offset) = _CDIR.unpack_from(tail, pos)
-        if sig != b"PK\x01\x02":
-            return None
-        name = tail[pos + _CDIR.size:pos + _CDIR.size + nlen].decode("utf-8", "replace")
-        pos += _CDIR.size + nlen + xlen + clen
-        if not (name.endswith(".dist-info/METADATA") and name.count("/") == 1):
-            continue
-        lpos = offset - base
-        if lpos < 0 or lpos + _LOCAL.size > len(tail) or method not in (0, 8):
-            return None
-        lsig, *_, lnlen, lxlen = _LOCAL.unpack_from(tail, lpos)
-        start = lpos + _LOCAL.size + lnlen + lxlen
-        if lsig != b"PK\x03\x04" or start + csize > len(tail):
-            return None
-        data = tail[start:start + csize]
-        try:
-            data = zlib.decompressobj(-15).decompress(data) if method == 8 else data
-        except zlib.error:
-            return None
-        return data if zlib.crc32(data) == crc else None
-    return None
-
-
 def file_requirements(pkg: LockedPackage, *, python: str, uv_platform: str,
                       index_urls: tuple[str, ...], wheels: Path | None,
                       ) -> tuple[tuple[str, ...], ...] | None:
@@ -358,7 +278,7 @@ def file_requirements(pkg: LockedPackage, *, python: str, uv_platform: str,
             return None
         raws = [_read_local(p)
                 for p in (_local_candidates(pkg, wheels, accepted) if wheels else [])]
-        raws += [_read_remote(f) for f in remote]
+        raws += [wh.wheel_metadata(f) for f in remote]
     except Exception:  # noqa: BLE001 (see above: a failure is "unknown", never an error)
         return None
     if not raws or any(r is None for r in raws):

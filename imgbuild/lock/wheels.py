@@ -29,9 +29,11 @@ import json
 import logging
 import os
 import re
+import struct
 import tempfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
@@ -689,11 +691,8 @@ def fetch_metadata(pkg: LockedPackage, index_urls: Iterable[str] = ()) -> dict[s
     else:
         f = locate_locked(pkg, index_urls)
         sha_used = f.sha256 or sha_used
-        if f.metadata_url:
-            r = _session().get(f.metadata_url, timeout=TIMEOUT)
-            if r.status_code == 200:
-                raw = r.content
-        if raw is None:
+        raw = wheel_metadata(f)
+        if raw is None:  # the whole wheel, then: open_file says what went wrong, if anything
             with open_file(f, expect=set(pinned), what=f"{pkg.name}=={pkg.version}",
                            mode="range") as w:
                 raw = _metadata_member(w.zf)
@@ -710,6 +709,87 @@ def _metadata_member(z: zipfile.ZipFile) -> bytes | None:
     n = next((n for n in z.namelist()
               if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
     return z.read(n) if n else None
+
+
+def wheel_metadata(f: IndexFile) -> bytes | None:
+    """An index file's core metadata without the whole wheel: a wheel this machine keeps, the
+    index's metadata file (PEP 658/714), or the wheel's end by HTTP Range, as uv reads it where
+    an index has no metadata file. None where none of those answers (a file the index gives no
+    hash for, a server that ignores Range, a torn zip, the network): whether the whole wheel is
+    worth fetching then is the caller's choice."""
+    import requests
+
+    if f.sha256 and (local := cached_wheel(f.sha256)) is not None:
+        with zipfile.ZipFile(local) as z:
+            return _metadata_member(z)
+    try:
+        if f.metadata_url:
+            r = _session().get(f.metadata_url, timeout=TIMEOUT)
+            if r.status_code == 200:
+                return r.content
+        if not f.sha256:
+            return None  # bytes read by Range could not be tied to a hash
+        with _session().get(f.url, headers={"Range": f"bytes=-{RANGE_TAIL}"}, stream=True,
+                            timeout=TIMEOUT) as r:
+            m = re.match(r"bytes (\d+)-(\d+)/(\d+)", r.headers.get("Content-Range", ""))
+            if r.status_code != 206 or not m:
+                return None
+            tail = r.content
+        size = int(m.group(3))
+        if (raw := metadata_from_tail(tail, size)) is not None:
+            return raw
+        # Not all in the tail (a zip64 file, METADATA early in the archive): zipfile reads the
+        # rest by Range, a request or two more.
+        with zipfile.ZipFile(io.BufferedReader(_RangeFile(f.url, size, tail), 1 << 16)) as z:
+            return _metadata_member(z)
+    except (requests.RequestException, zipfile.BadZipFile):
+        return None
+
+
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record
+_CDIR = struct.Struct("<4s6H3L5H2L")  # central directory file header
+_LOCAL = struct.Struct("<4s5H3L2H")  # local file header
+
+
+def metadata_from_tail(tail: bytes, size: int) -> bytes | None:
+    """A wheel's top-level `*.dist-info/METADATA` from the last bytes of the file (`size` in
+    all), read straight from the zip's records: zipfile reads every member's entry first, and
+    vLLM has 5 800 (3 ms here against zipfile's 17 ms, for a zip of that many entries). None
+    when the member or the directory is not all in `tail`, the file is zip64, or the data
+    fails its CRC: then zipfile reads it the long way."""
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _EOCD.size > len(tail):
+        return None
+    _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
+    base = size - len(tail)  # where the tail starts in the file
+    pos = cd_offset - base
+    if count == 0xFFFF or cd_offset == 0xFFFFFFFF or pos < 0 or pos + cd_size > len(tail):
+        return None
+    for _ in range(count):
+        if pos + _CDIR.size > len(tail):
+            return None
+        (sig, _, _, _, method, _, _, crc, csize, _, nlen, xlen, clen, _, _, _,
+         offset) = _CDIR.unpack_from(tail, pos)
+        if sig != b"PK\x01\x02":
+            return None
+        name = tail[pos + _CDIR.size:pos + _CDIR.size + nlen].decode("utf-8", "replace")
+        pos += _CDIR.size + nlen + xlen + clen
+        if not (name.endswith(".dist-info/METADATA") and name.count("/") == 1):
+            continue
+        lpos = offset - base
+        if lpos < 0 or lpos + _LOCAL.size > len(tail) or method not in (0, 8):
+            return None
+        lsig, *_, lnlen, lxlen = _LOCAL.unpack_from(tail, lpos)
+        start = lpos + _LOCAL.size + lnlen + lxlen
+        if lsig != b"PK\x03\x04" or start + csize > len(tail):
+            return None
+        data = tail[start:start + csize]
+        try:
+            data = zlib.decompressobj(-15).decompress(data) if method == 8 else data
+        except zlib.error:
+            return None
+        return data if zlib.crc32(data) == crc else None
+    return None
 
 
 
